@@ -1,0 +1,53 @@
+# TideGPU — build, test and verify.
+GO            ?= go
+BIN           ?= bin
+CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+# Tests that need a real API server find it here (built once, cached).
+ENVTEST_ASSETS = $(shell hack/envtest.sh)
+
+.PHONY: all build test test-short generate manifests fmt vet verify bench fuzz clean
+
+all: build
+
+## build: the tidegpu binary in bin/
+build:
+	$(GO) build -o $(BIN)/tidegpu ./cmd/tidegpu
+
+## test: every test, with the race detector, on real processes, sockets and API server
+test:
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -race -count=1 -timeout 20m ./...
+
+## test-short: the fast unit tests only
+test-short:
+	$(GO) test -short -count=1 ./...
+
+## generate: deepcopy for the API types
+generate:
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+## manifests: CRDs and RBAC under config/
+manifests:
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+vet:
+	$(GO) vet ./...
+
+## verify: regenerate, format and vet, then fail if anything changed
+verify: generate manifests fmt vet
+	$(GO) mod tidy
+	@if [ -n "$$(git status --porcelain)" ]; then \
+		echo "verify: the tree is dirty after generate/fmt/tidy:"; git status --porcelain; git --no-pager diff --stat; exit 1; fi
+
+## bench: benchmarks recorded in BENCHMARKS.md
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+## fuzz: each fuzz target for a short while
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/config/
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,287 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Provider names accepted in TidePoolSpec.Provider.
+const (
+	ProviderTencent = "tencent"
+	ProviderAWS     = "aws"
+	ProviderLocal   = "local"
+	ProviderSim     = "sim"
+)
+
+// Charge types accepted in TidePoolSpec.InstanceChargeType (the seed's
+// Tencent names; they mean spot and on-demand on every provider).
+const (
+	ChargeSpot     = "SPOTPAID"
+	ChargeOnDemand = "POSTPAID_BY_HOUR"
+)
+
+// TidePoolSpec is the wanted shape of a pool of inference instances.
+//
+// The fields of the seed's sample manifest keep their names and meaning;
+// credentials are only ever given by reference (see CredentialsSecretRef).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.secretId) && !has(self.secretKey)",message="spec.secretId/spec.secretKey: inline credentials are not accepted; store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"
+// +kubebuilder:validation:XValidation:rule="self.minimum <= self.maximum",message="spec.minimum must be <= spec.maximum: lower minimum or raise maximum"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || (self.replicas >= self.minimum && self.replicas <= self.maximum)",message="spec.replicas must lie between spec.minimum and spec.maximum"
+type TidePoolSpec struct {
+	// Provider selects the cloud provider adapter. Unset means tencent, so the
+	// seed's manifest means what it meant; `tidegpu up` defaults to local.
+	// +kubebuilder:validation:Enum=tencent;aws;local;sim
+	// +optional
+	Provider string `json:"provider,omitempty"`
+
+	// Region is the cloud region (for example ap-singapore or us-east-1).
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// AvailabilityZone is the zone instances are launched in.
+	// +optional
+	AvailabilityZone string `json:"availabilityZone,omitempty"`
+
+	// InstanceType is the machine type (for example GN7.2XLARGE32 or g5.xlarge).
+	// +optional
+	InstanceType string `json:"instanceType,omitempty"`
+
+	// Minimum is the low watermark: the pool never holds fewer serving instances.
+	// +kubebuilder:validation:Minimum=0
+	Minimum int32 `json:"minimum"`
+
+	// Maximum is the high watermark: the pool never holds more serving instances.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Maximum int32 `json:"maximum"`
+
+	// Replicas is the wanted number of serving instances, between Minimum and
+	// Maximum. Unset means Minimum. An autoscaler may set it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// SubnetID is the subnet instances are attached to.
+	// +optional
+	SubnetID string `json:"subnetId,omitempty"`
+
+	// VpcID is the VPC of SubnetID.
+	// +optional
+	VpcID string `json:"vpcId,omitempty"`
+
+	// SecurityGroupIDs are attached to every instance.
+	// +optional
+	SecurityGroupIDs []string `json:"securityGroupIds,omitempty"`
+
+	// ImageID is the pre-baked image (inference server and model inside) the
+	// instances boot from.
+	// +optional
+	ImageID string `json:"imageId,omitempty"`
+
+	// InstanceChargeType is SPOTPAID (spot) or POSTPAID_BY_HOUR (on-demand).
+	// +kubebuilder:validation:Enum=SPOTPAID;POSTPAID_BY_HOUR
+	// +kubebuilder:default=SPOTPAID
+	// +optional
+	InstanceChargeType string `json:"instanceChargeType,omitempty"`
+
+	// KongGatewayIP is the address of a Kong gateway whose Admin API
+	// (http://IP:8001) receives the pool's targets. Empty means no Kong.
+	// +optional
+	KongGatewayIP string `json:"kongGatewayIP,omitempty"`
+
+	// CredentialsSecretRef names a Secret holding the cloud credentials
+	// (keys secretId and secretKey for tencent; accessKeyId and
+	// secretAccessKey for aws). Unset means the provider's default chain
+	// (instance role, IRSA). Plaintext credentials are never accepted in
+	// the spec.
+	// +optional
+	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
+
+	// SecretID is refused: it exists only so the API server can say how to
+	// pass credentials instead of silently dropping them.
+	// +optional
+	SecretID *string `json:"secretId,omitempty"`
+
+	// SecretKey is refused, like SecretID.
+	// +optional
+	SecretKey *string `json:"secretKey,omitempty"`
+
+	// Serving describes how the inference server on each instance is reached.
+	// +optional
+	Serving ServingSpec `json:"serving,omitempty"`
+
+	// Local configures the local provider (each instance an OS process).
+	// +optional
+	Local *LocalSpec `json:"local,omitempty"`
+
+	// DrainSeconds bounds how long an instance leaving the pool (scale-down)
+	// keeps its in-flight requests before it is terminated. Default 30.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	DrainSeconds *int32 `json:"drainSeconds,omitempty"`
+}
+
+// SecretReference names a Secret in the pool's namespace.
+type SecretReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// ServingSpec describes the inference endpoint on each instance.
+type ServingSpec struct {
+	// Port the inference server listens on (the seed's demo uses 8080).
+	// Ignored by the local provider, which picks a free port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// ReadinessPath is probed with GET until it answers 2xx. Default /healthz
+	// for the simulator; use / for Ollama.
+	// +optional
+	ReadinessPath string `json:"readinessPath,omitempty"`
+
+	// Models served by the pool (for model-aware routing).
+	// +optional
+	Models []string `json:"models,omitempty"`
+
+	// UsePrivateIP registers instances by private instead of public address.
+	// +optional
+	UsePrivateIP bool `json:"usePrivateIP,omitempty"`
+}
+
+// LocalSpec configures the local provider.
+type LocalSpec struct {
+	// Command is the argv template of an instance. Each argument may use
+	// {{.Port}}, {{.Host}}, {{.InstanceID}} and {{.Pool}}; the same values
+	// are also passed as TIDEGPU_PORT, TIDEGPU_HOST, TIDEGPU_INSTANCE_ID and
+	// TIDEGPU_POOL (and OLLAMA_HOST=host:port). Empty means this binary's
+	// built-in simulator (`tidegpu sim`).
+	// +optional
+	Command []string `json:"command,omitempty"`
+
+	// Env adds NAME=VALUE entries to each instance's environment.
+	// +optional
+	Env []string `json:"env,omitempty"`
+
+	// StartTimeoutSeconds bounds how long an instance may take to become
+	// ready before it is replaced. Default 60.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	StartTimeoutSeconds *int32 `json:"startTimeoutSeconds,omitempty"`
+}
+
+// Instance phases as shown in status.
+const (
+	PhasePending     = "Pending"
+	PhaseStarting    = "Starting"
+	PhaseReady       = "Ready"
+	PhaseDraining    = "Draining"
+	PhaseTerminating = "Terminating"
+)
+
+// InstanceStatus is one instance of the pool as last observed.
+type InstanceStatus struct {
+	// ID is the provider's instance id.
+	ID string `json:"id"`
+	// Address is host:port of the inference server, empty until known.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Zone the instance runs in.
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// Market is spot or on-demand.
+	// +optional
+	Market string `json:"market,omitempty"`
+	// PrivateIP of the instance.
+	// +optional
+	PrivateIP string `json:"privateIP,omitempty"`
+	// PublicIP of the instance.
+	// +optional
+	PublicIP string `json:"publicIP,omitempty"`
+	// Phase is Pending, Starting, Ready, Draining or Terminating.
+	Phase string `json:"phase"`
+	// LaunchedAt is when the instance was launched.
+	// +optional
+	LaunchedAt metav1.Time `json:"launchedAt,omitempty"`
+}
+
+// Condition types of a TidePool.
+const (
+	ConditionReady             = "Ready"
+	ConditionDegraded          = "Degraded"
+	ConditionCapacityAvailable = "CapacityAvailable"
+	ConditionGatewaySynced     = "GatewaySynced"
+)
+
+// TidePoolStatus is what was last observed of a pool.
+type TidePoolStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Desired is the number of serving instances wanted.
+	Desired int32 `json:"desired"`
+	// Ready is the number of instances serving traffic.
+	Ready int32 `json:"ready"`
+	// Spot is the number of live instances on the spot market.
+	// +optional
+	Spot int32 `json:"spot,omitempty"`
+	// Instances of the pool.
+	// +optional
+	Instances []InstanceStatus `json:"instances,omitempty"`
+	// Conditions say why the pool is or is not Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TidePool is a pool of inference instances kept at its wanted size on spot
+// capacity and fronted by one gateway.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tp
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Spot",type=integer,JSONPath=`.status.spot`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TidePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TidePoolSpec   `json:"spec,omitempty"`
+	Status TidePoolStatus `json:"status,omitempty"`
+}
+
+// TidePoolList is a list of TidePools.
+//
+// +kubebuilder:object:root=true
+type TidePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TidePool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TidePool{}, &TidePoolList{})
+}
+
+// DesiredReplicas is the number of serving instances the spec asks for:
+// Replicas when set, else Minimum, clamped to [Minimum, Maximum].
+func (s *TidePoolSpec) DesiredReplicas() int32 {
+	d := s.Minimum
+	if s.Replicas != nil {
+		d = *s.Replicas
+	}
+	if d < s.Minimum {
+		d = s.Minimum
+	}
+	if d > s.Maximum {
+		d = s.Maximum
+	}
+	return d
+}

@@ -1,0 +1,241 @@
+// Package admin serves TideGPU's admin API: pools and their instances,
+// events, the gateway's backends, simulated reclaims, Prometheus metrics and
+// health. It listens on loopback unless told otherwise, and when a token is
+// set every endpoint but /healthz requires it.
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tidegpu/tidegpu/internal/engine"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/gateway"
+)
+
+// Pools is what the admin API reads and acts on (the engine's Manager).
+type Pools interface {
+	Pools() []engine.PoolView
+	Pool(name string) (engine.PoolView, bool)
+	Reclaim(ctx context.Context, pool, id string, notice time.Duration) error
+}
+
+// Backends reports the gateway's backends (the embedded gateway).
+type Backends interface {
+	Backends() []gateway.BackendStatus
+}
+
+// Options configure the admin handler.
+type Options struct {
+	Pools    Pools               // required
+	Events   *events.Recorder    // required
+	Backends Backends            // optional
+	Gatherer prometheus.Gatherer // for /metrics; nil serves none
+	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
+	// on every endpoint but /healthz.
+	Token string
+}
+
+// MaxNoticeSeconds bounds a simulated reclaim notice.
+const MaxNoticeSeconds = 3600
+
+// NewHandler returns the admin API's handler.
+func NewHandler(o Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /api/v1/pools", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, o.Pools.Pools())
+	})
+	mux.HandleFunc("GET /api/v1/pools/{name}", func(w http.ResponseWriter, r *http.Request) {
+		p, ok := o.Pools.Pool(r.PathValue("name"))
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("pool %q not found", r.PathValue("name")))
+			return
+		}
+		writeJSON(w, http.StatusOK, p)
+	})
+	mux.HandleFunc("POST /api/v1/pools/{name}/instances/{id}/reclaim", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
+			return
+		}
+		notice, err := ParseReclaim(body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		pool, id := r.PathValue("name"), r.PathValue("id")
+		err = o.Pools.Reclaim(r.Context(), pool, id, notice)
+		switch {
+		case errors.Is(err, engine.ErrNotFound):
+			writeError(w, http.StatusNotFound, err.Error())
+		case errors.Is(err, engine.ErrNotSupported):
+			writeError(w, http.StatusNotImplemented, err.Error())
+		case err != nil:
+			writeError(w, http.StatusInternalServerError, err.Error())
+		default:
+			writeJSON(w, http.StatusAccepted, map[string]any{"pool": pool, "instance": id, "noticeSeconds": notice.Seconds()})
+		}
+	})
+	mux.HandleFunc("GET /api/v1/events", func(w http.ResponseWriter, r *http.Request) {
+		since, err := parseSince(r.URL.Query().Get("since"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		evs := o.Events.List(since, r.URL.Query().Get("pool"))
+		if evs == nil {
+			evs = []events.Event{}
+		}
+		writeJSON(w, http.StatusOK, evs)
+	})
+	mux.HandleFunc("GET /api/v1/events/stream", func(w http.ResponseWriter, r *http.Request) {
+		streamEvents(w, r, o.Events)
+	})
+	mux.HandleFunc("GET /api/v1/backends", func(w http.ResponseWriter, _ *http.Request) {
+		var bs []gateway.BackendStatus
+		if o.Backends != nil {
+			bs = o.Backends.Backends()
+		}
+		if bs == nil {
+			bs = []gateway.BackendStatus{}
+		}
+		writeJSON(w, http.StatusOK, bs)
+	})
+	if o.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if o.Token == "" {
+		return mux
+	}
+	return requireToken(o.Token, mux)
+}
+
+// ParseReclaim reads a reclaim request body: {"noticeSeconds": N}, N a whole
+// number of seconds in [0, MaxNoticeSeconds]. An empty body means 0.
+func ParseReclaim(body []byte) (time.Duration, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return 0, nil
+	}
+	var req struct {
+		NoticeSeconds *float64 `json:"noticeSeconds"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return 0, fmt.Errorf("body: %v: send {\"noticeSeconds\": N}", err)
+	}
+	if dec.More() {
+		return 0, errors.New(`body: trailing data after the JSON object: send {"noticeSeconds": N}`)
+	}
+	if req.NoticeSeconds == nil {
+		return 0, nil
+	}
+	n := *req.NoticeSeconds
+	if n < 0 || n > MaxNoticeSeconds || n != float64(int64(n)) {
+		return 0, fmt.Errorf("noticeSeconds: invalid value %v: must be a whole number from 0 to %d", n, MaxNoticeSeconds)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+func parseSince(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("since: %q is not a sequence number: use the seq of the last event seen", s)
+	}
+	return n, nil
+}
+
+func streamEvents(w http.ResponseWriter, r *http.Request, rec *events.Recorder) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	since, err := parseSince(r.URL.Query().Get("since"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ch, cancel := rec.Subscribe(256)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	last := since
+	send := func(e events.Event) {
+		if e.Seq <= last {
+			return
+		}
+		last = e.Seq
+		b, _ := json.Marshal(e)
+		fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, b)
+	}
+	for _, e := range rec.List(since, "") {
+		send(e)
+	}
+	fl.Flush()
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case e := <-ch:
+			send(e)
+			fl.Flush()
+		case <-keepalive.C:
+			_, _ = io.WriteString(w, ": keepalive\n\n")
+			fl.Flush()
+		}
+	}
+}
+
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		got := r.Header.Get("Authorization")
+		got, ok := strings.CutPrefix(got, "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tidegpu-admin"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send it as \"Authorization: Bearer TOKEN\" (see --admin-token / TIDEGPU_ADMIN_TOKEN)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

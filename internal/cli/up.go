@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tidegpu/tidegpu/internal/config"
+	"github.com/tidegpu/tidegpu/internal/embedded"
+)
+
+// NewUpCommand returns `tidegpu up`.
+func NewUpCommand() *cobra.Command {
+	var (
+		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "up [-f FILE]",
+		Short: "Run the pool, the gateway and the admin server on this machine",
+		Long: `Run the whole system on this machine with no cluster: the pool engine with the
+local provider (each instance an OS process, by default the built-in simulator),
+the built-in gateway and the admin API.
+
+With no file, a pool named "default" of 2 local simulator instances. FILE holds
+one or more TidePool documents (apiVersion tidegpu.eja.dev/v1), the same YAML the
+cluster takes. Bad input is refused before anything starts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			pools := config.Default()
+			if file != "" {
+				f, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("-f: %w", err)
+				}
+				pools, err = config.Parse(f, file)
+				f.Close()
+				if err != nil {
+					return err
+				}
+			}
+			if stateDir == "" {
+				stateDir = defaultStateDir()
+			}
+			token := os.Getenv("TIDEGPU_ADMIN_TOKEN")
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return embedded.Run(ctx, embedded.Options{
+				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
+				AdminToken: token, Policy: policy, Out: cmd.OutOrStdout(), Logger: logger,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "file", "f", "", "YAML file of TidePool documents (default: one local pool of 2 simulators)")
+	f.StringVar(&gatewayAddr, "gateway-addr", "127.0.0.1:8000", "address the gateway listens on")
+	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:9090", "address the admin API listens on (loopback unless you mean it); set TIDEGPU_ADMIN_TOKEN to require a token")
+	f.StringVar(&stateDir, "state-dir", "", "where instance state and logs live (default $TIDEGPU_STATE_DIR, else $XDG_STATE_HOME/tidegpu or ~/.local/state/tidegpu)")
+	f.StringVar(&policy, "policy", "least-request", "gateway balancing policy: least-request or round-robin")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("TIDEGPU_STATE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "tidegpu")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "tidegpu")
+	}
+	return filepath.Join(os.TempDir(), "tidegpu-state")
+}
+

@@ -1,0 +1,238 @@
+// Package embedded runs the whole of TideGPU on one machine with no cluster
+// (`tidegpu up`): the pool engine over the local provider, the built-in
+// gateway and the admin server, wired together and stopped together so that
+// no instance process outlives it.
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/engine"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/registrar/builtin"
+)
+
+// Options configure a run.
+type Options struct {
+	Pools       []tidev1.TidePool
+	GatewayAddr string
+	AdminAddr   string
+	StateDir    string
+	AdminToken  string
+	Policy      string
+	// ReadyTimeout bounds how long progress is shown before the run goes on
+	// without every pool ready (it keeps trying).
+	ReadyTimeout time.Duration
+	// Out receives progress for people; nil discards it.
+	Out    io.Writer
+	Logger *slog.Logger
+}
+
+// Run starts everything, reports progress until the pools are ready, and
+// serves until ctx ends; then it stops the gateway, the engine and every
+// instance process. Nothing is started when the options are bad.
+func Run(ctx context.Context, o Options) error {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 2 * time.Minute
+	}
+	for _, p := range o.Pools {
+		if p.Spec.Provider != tidev1.ProviderLocal {
+			return fmt.Errorf("TidePool %q: spec.provider: %q is not available in `tidegpu up` yet: use %q (or run the pool under `tidegpu operator`)",
+				p.Name, p.Spec.Provider, tidev1.ProviderLocal)
+		}
+	}
+	// Bind first: a taken port must fail before any instance starts.
+	gwLn, err := net.Listen("tcp", o.GatewayAddr)
+	if err != nil {
+		return fmt.Errorf("--gateway-addr %s: %w (pick a free address)", o.GatewayAddr, err)
+	}
+	defer gwLn.Close()
+	adminLn, err := net.Listen("tcp", o.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("--admin-addr %s: %w (pick a free address)", o.AdminAddr, err)
+	}
+	defer adminLn.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	gw, err := gateway.New(gateway.Options{Policy: o.Policy, Registry: reg})
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer gw.Close()
+
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return fmt.Errorf("--state-dir %s: %w", o.StateDir, err)
+	}
+	prov, err := local.New(local.Options{StateDir: o.StateDir, Logger: o.Logger})
+	if err != nil {
+		return fmt.Errorf("local provider: %w", err)
+	}
+	rec := events.NewRecorder(2000, nil, o.Logger)
+	wanted := map[string]bool{}
+	for _, p := range o.Pools {
+		wanted[p.Name] = true
+	}
+	adopted, stopped, err := prov.Adopt(ctx, func(in provider.Instance) bool { return wanted[in.Pool] })
+	if err != nil {
+		_ = prov.Close(context.Background())
+		return fmt.Errorf("adopting the previous run's instances from %s: %w", o.StateDir, err)
+	}
+	for _, in := range adopted {
+		rec.Eventf(events.TypeNormal, "Adopted", in.Pool, in.ID, "adopted %s at %s from a previous run", in.ID, in.Address)
+	}
+	for _, in := range stopped {
+		rec.Eventf(events.TypeNormal, "Orphan", in.Pool, in.ID, "stopped %s of pool %s left by a previous run (pool no longer configured)", in.ID, in.Pool)
+	}
+
+	mgr, err := engine.NewManager(engine.Options{Provider: prov, Registrar: builtin.New(gw), Recorder: rec,
+		Registry: reg, Logger: o.Logger})
+	if err != nil {
+		_ = prov.Close(context.Background())
+		return err
+	}
+	for i := range o.Pools {
+		mgr.Apply(&o.Pools[i])
+	}
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	engineDone := make(chan struct{})
+	go func() {
+		defer close(engineDone)
+		mgr.Run(engineCtx)
+	}()
+
+	gwSrv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
+		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken})}
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- serve(gwSrv, gwLn, "gateway") }()
+	go func() { serveErr <- serve(adminSrv, adminLn, "admin") }()
+
+	gwURL, adminURL := "http://"+gwLn.Addr().String(), "http://"+adminLn.Addr().String()
+	fmt.Fprintf(o.Out, "TideGPU starting: %d pool(s), state in %s\n", len(o.Pools), o.StateDir)
+	for _, in := range adopted {
+		fmt.Fprintf(o.Out, "  adopted %s (pool %s) from the previous run\n", in.ID, in.Pool)
+	}
+	for _, in := range stopped {
+		fmt.Fprintf(o.Out, "  stopped %s (pool %s, no longer configured) left by the previous run\n", in.ID, in.Pool)
+	}
+
+	var runErr error
+	if waitReady(ctx, mgr, o.Out, o.ReadyTimeout, serveErr, &runErr) {
+		fmt.Fprintf(o.Out, "\nTideGPU is up.\n  gateway:  %s   (POST %s/ollama-chat, /api/*, /v1/*)\n  admin:    %s/api/v1/pools   metrics: %s/metrics\n  status:   tidegpu status --admin %s\n\n",
+			gwURL, gwURL, adminURL, adminURL, adminURL)
+		fmt.Fprintf(o.Out, "Try:\n  curl -s %s/ollama-chat -d '{\"model\":\"qwen2:0.5b\",\"messages\":[{\"role\":\"user\",\"content\":\"写一首诗\"}],\"stream\":false}'\n", gwURL)
+	}
+	if runErr == nil {
+		select {
+		case <-ctx.Done():
+		case runErr = <-serveErr:
+		}
+	}
+
+	// Shut down: stop taking requests, let in-flight ones finish briefly,
+	// stop the engine (no more launches), then every instance.
+	fmt.Fprintln(o.Out, "\nTideGPU stopping: draining the gateway and stopping instances…")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = gwSrv.Shutdown(shutCtx)
+	stopEngine()
+	<-engineDone
+	if err := prov.Close(shutCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("stopping instances: %w", err))
+	}
+	_ = adminSrv.Shutdown(shutCtx)
+	fmt.Fprintln(o.Out, "TideGPU stopped; no instance left running.")
+	return runErr
+}
+
+func serve(s *http.Server, ln net.Listener, what string) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("%s server: %w", what, err)
+	}
+	return nil
+}
+
+// waitReady prints each pool's progress until all are ready, ctx ends, a
+// server fails or the timeout passes. It reports whether all became ready.
+func waitReady(ctx context.Context, mgr *engine.Manager, out io.Writer, timeout time.Duration, serveErr <-chan error, runErr *error) bool {
+	start := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := ""
+	for {
+		line, all := progressLine(mgr.Pools())
+		if line != last {
+			fmt.Fprintf(out, "  [%5.1fs] %s\n", time.Since(start).Seconds(), line)
+			last = line
+		}
+		if all {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case err := <-serveErr:
+			*runErr = err
+			return false
+		case <-deadline.C:
+			fmt.Fprintf(out, "  not every pool is ready after %s; still trying (see tidegpu status)\n", timeout)
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+func progressLine(pools []engine.PoolView) (string, bool) {
+	all := true
+	parts := make([]string, 0, len(pools))
+	for _, p := range pools {
+		st := p.Status
+		desired := p.Spec.DesiredReplicas()
+		if st.Ready < desired {
+			all = false
+		}
+		phases := map[string]int{}
+		for _, in := range st.Instances {
+			phases[in.Phase]++
+		}
+		var ph []string
+		for _, k := range []string{tidev1.PhasePending, tidev1.PhaseStarting, tidev1.PhaseDraining, tidev1.PhaseTerminating} {
+			if phases[k] > 0 {
+				ph = append(ph, fmt.Sprintf("%d %s", phases[k], strings.ToLower(k)))
+			}
+		}
+		s := fmt.Sprintf("pool %s: %d/%d ready", p.Name, st.Ready, desired)
+		if len(ph) > 0 {
+			s += " (" + strings.Join(ph, ", ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; "), all
+}

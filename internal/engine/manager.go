@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/registrar"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Provider runs the instances (required).
+	Provider provider.Provider
+	// Registrar keeps the gateway equal to the pools (required).
+	Registrar registrar.Registrar
+	// Recorder receives events (required).
+	Recorder *events.Recorder
+	// Clock is injected for tests; default real.
+	Clock clock.WithTicker
+	// Registry receives the engine's metrics; nil for none.
+	Registry prometheus.Registerer
+	// Resync is the safety-net period between rounds with no event; default 30s.
+	Resync time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager runs one Pool loop per pool and routes provider events to them.
+type Manager struct {
+	deps *deps
+
+	mu     sync.Mutex
+	ctx    context.Context
+	pools  map[string]*Pool
+	cancel map[string]context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewManager checks opts and returns a Manager; call Run to start it.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Provider == nil {
+		return nil, errors.New("engine: Options.Provider is required")
+	}
+	if opts.Registrar == nil {
+		return nil, errors.New("engine: Options.Registrar is required")
+	}
+	if opts.Recorder == nil {
+		return nil, errors.New("engine: Options.Recorder is required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true
+	return &Manager{
+		deps: &deps{
+			provider: opts.Provider, registrar: opts.Registrar, recorder: opts.Recorder,
+			clock: opts.Clock, metrics: newMetrics(opts.Registry), logger: opts.Logger,
+			resync: opts.Resync, client: &http.Client{Transport: tr},
+		},
+		pools:  map[string]*Pool{},
+		cancel: map[string]context.CancelFunc{},
+	}, nil
+}
+
+// Run starts the pools applied so far and those applied later, routes
+// provider events until ctx ends, then waits for every pool loop to stop.
+// It does not terminate instances: that is the caller's choice on shutdown.
+func (m *Manager) Run(ctx context.Context) {
+	m.mu.Lock()
+	m.ctx = ctx
+	for name, p := range m.pools {
+		m.startLocked(name, p)
+	}
+	m.mu.Unlock()
+
+	var evs <-chan provider.Event
+	if src, ok := m.deps.provider.(provider.EventSource); ok {
+		evs = src.Events()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			m.wg.Wait()
+			return
+		case ev, ok := <-evs:
+			if !ok {
+				evs = nil
+				continue
+			}
+			m.mu.Lock()
+			p := m.pools[ev.Instance.Pool]
+			m.mu.Unlock()
+			if p != nil {
+				p.handleEvent(ev)
+			}
+		}
+	}
+}
+
+func (m *Manager) startLocked(name string, p *Pool) {
+	if m.ctx == nil || m.cancel[name] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.cancel[name] = cancel
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		p.run(ctx)
+	}()
+}
+
+// Apply adds a pool or updates its spec; the pool's loop reacts at once.
+func (m *Manager) Apply(tp *tidev1.TidePool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[tp.Name]
+	if !ok {
+		p = newPool(tp.Name, m.deps)
+		m.pools[tp.Name] = p
+		m.deps.recorder.Eventf(events.TypeNormal, "PoolAdded", tp.Name, "", "pool %s: want %d instances (min %d, max %d) on %s",
+			tp.Name, tp.Spec.DesiredReplicas(), tp.Spec.Minimum, tp.Spec.Maximum, tp.Spec.Provider)
+	}
+	p.setSpec(*tp.Spec.DeepCopy(), tp.Generation)
+	m.startLocked(tp.Name, p)
+}
+
+// Remove stops a pool's loop, deregisters its targets and terminates its
+// instances, so that nothing of it is left.
+func (m *Manager) Remove(ctx context.Context, name string) error {
+	m.mu.Lock()
+	p := m.pools[name]
+	cancel := m.cancel[name]
+	delete(m.pools, name)
+	delete(m.cancel, name)
+	m.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if cancel != nil {
+		cancel()
+		<-p.done
+	}
+	var errs []error
+	if err := m.deps.registrar.Sync(ctx, name, nil); err != nil {
+		errs = append(errs, fmt.Errorf("removing gateway targets of %s: %w", name, err))
+	}
+	insts, err := m.deps.provider.List(ctx, name)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing instances of %s: %w", name, err))
+	}
+	for _, in := range insts {
+		if err := m.deps.provider.Terminate(ctx, in.ID); err != nil {
+			errs = append(errs, fmt.Errorf("terminating %s: %w", in.ID, err))
+		}
+	}
+	m.deps.metrics.forget(name)
+	m.deps.recorder.Eventf(events.TypeNormal, "PoolRemoved", name, "", "pool %s removed: %d instances terminated", name, len(insts))
+	return errors.Join(errs...)
+}
+
+// PoolView is a pool as the admin API shows it.
+type PoolView struct {
+	Name   string                `json:"name"`
+	Spec   tidev1.TidePoolSpec   `json:"spec"`
+	Status tidev1.TidePoolStatus `json:"status"`
+}
+
+// Pools returns every pool, sorted by name.
+func (m *Manager) Pools() []PoolView {
+	m.mu.Lock()
+	ps := make([]*Pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
+	out := make([]PoolView, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, PoolView{Name: p.name, Spec: p.Spec(), Status: p.Status()})
+	}
+	return out
+}
+
+// Pool returns one pool.
+func (m *Manager) Pool(name string) (PoolView, bool) {
+	m.mu.Lock()
+	p := m.pools[name]
+	m.mu.Unlock()
+	if p == nil {
+		return PoolView{}, false
+	}
+	return PoolView{Name: p.name, Spec: p.Spec(), Status: p.Status()}, true
+}
+
+// ErrNotFound is returned for an unknown pool or instance.
+var ErrNotFound = errors.New("not found")
+
+// ErrNotSupported is returned when the provider cannot simulate a reclaim.
+var ErrNotSupported = errors.New("not supported by this provider")
+
+// Reclaim plays the cloud's part in a spot reclaim of one instance (only
+// simulated providers can): with notice > 0 the instance is drained and
+// replaced at once and dies when the notice runs out; with 0 it dies now.
+func (m *Manager) Reclaim(ctx context.Context, pool, id string, notice time.Duration) error {
+	m.mu.Lock()
+	p := m.pools[pool]
+	m.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("pool %q: %w", pool, ErrNotFound)
+	}
+	r, ok := m.deps.provider.(provider.Reclaimer)
+	if !ok {
+		return fmt.Errorf("reclaim on provider %s: %w", m.deps.provider.Name(), ErrNotSupported)
+	}
+	insts, err := m.deps.provider.List(ctx, pool)
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, in := range insts {
+		found = found || in.ID == id
+	}
+	if !found {
+		return fmt.Errorf("instance %q of pool %q: %w", id, pool, ErrNotFound)
+	}
+	m.deps.recorder.Eventf(events.TypeNormal, "ReclaimRequested", pool, id, "reclaim of %s requested with %s notice", id, notice)
+	return r.Reclaim(ctx, id, notice)
+}

@@ -1,0 +1,533 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/registrar"
+)
+
+// Backoff bounds for failed rounds and failed launches.
+const (
+	minBackoff = 500 * time.Millisecond
+	maxBackoff = 5 * time.Minute
+)
+
+// Pool runs the observe → plan → apply loop of one pool. It is woken by
+// Trigger (provider events, readiness, spec changes), by the plan's own
+// requeue time, by backoff after errors and by a slow resync.
+type Pool struct {
+	name string
+	deps *deps
+
+	trigger chan struct{}
+	done    chan struct{}
+
+	mu          sync.Mutex
+	spec        tidev1.TidePoolSpec
+	generation  int64
+	ready       map[string]bool
+	drains      map[string]time.Time
+	probing     map[string]context.CancelFunc
+	lost        map[string]string // id → why, for the next launch's "replacing" note
+	status      tidev1.TidePoolStatus
+	failures    int // consecutive failed rounds
+	launchFails int // consecutive failed launches
+	blocked     time.Time
+	lastTargets []registrar.Target
+	synced      bool
+}
+
+type deps struct {
+	provider  provider.Provider
+	registrar registrar.Registrar
+	recorder  *events.Recorder
+	clock     clock.WithTicker
+	metrics   *metrics
+	client    *http.Client
+	logger    *slog.Logger
+	resync    time.Duration
+}
+
+func newPool(name string, d *deps) *Pool {
+	return &Pool{
+		name:    name,
+		deps:    d,
+		trigger: make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		ready:   map[string]bool{},
+		drains:  map[string]time.Time{},
+		probing: map[string]context.CancelFunc{},
+		lost:    map[string]string{},
+	}
+}
+
+// Name is the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Trigger asks the loop to run a round soon; calls coalesce.
+func (p *Pool) Trigger() {
+	select {
+	case p.trigger <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pool) setSpec(spec tidev1.TidePoolSpec, generation int64) {
+	p.mu.Lock()
+	p.spec = spec
+	p.generation = generation
+	p.mu.Unlock()
+	p.Trigger()
+}
+
+// Spec returns a copy of the pool's spec.
+func (p *Pool) Spec() tidev1.TidePoolSpec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return *p.spec.DeepCopy()
+}
+
+// Status returns a copy of the pool's last status.
+func (p *Pool) Status() tidev1.TidePoolStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return *p.status.DeepCopy()
+}
+
+// run is the pool's loop; it returns when ctx ends.
+func (p *Pool) run(ctx context.Context) {
+	defer close(p.done)
+	timer := p.deps.clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			p.stopProbes()
+			return
+		case <-p.trigger:
+		case <-timer.C():
+		}
+		next := p.round(ctx)
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// round observes, plans and applies once, and says when to look again.
+func (p *Pool) round(ctx context.Context) time.Duration {
+	start := p.deps.clock.Now()
+	requeue, err := p.reconcile(ctx)
+	p.deps.metrics.reconcileDuration.WithLabelValues(p.name).Observe(p.deps.clock.Since(start).Seconds())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		if ctx.Err() != nil {
+			return p.deps.resync
+		}
+		p.deps.metrics.reconcileErrors.WithLabelValues(p.name).Inc()
+		p.failures++
+		d := backoff(p.failures)
+		p.deps.logger.Warn("pool round failed", "pool", p.name, "err", err, "retryIn", d)
+		return d
+	}
+	p.failures = 0
+	if requeue > 0 && requeue < p.deps.resync {
+		return requeue
+	}
+	return p.deps.resync
+}
+
+func backoff(failures int) time.Duration {
+	d := minBackoff
+	for i := 1; i < failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	if d > maxBackoff {
+		d = maxBackoff
+	}
+	return d
+}
+
+func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
+	d := p.deps
+	insts, err := d.provider.List(ctx, p.name)
+	if err != nil {
+		p.setCondition(tidev1.ConditionCapacityAvailable, metav1.ConditionUnknown, "ListFailed", err.Error())
+		return 0, fmt.Errorf("listing instances of pool %s: %w", p.name, err)
+	}
+	now := d.clock.Now()
+
+	p.mu.Lock()
+	spec := *p.spec.DeepCopy()
+	generation := p.generation
+	live := map[string]bool{}
+	views := make([]View, 0, len(insts))
+	for _, in := range insts {
+		live[in.ID] = true
+		v := View{Instance: in, Ready: p.ready[in.ID], InFlight: -1}
+		if dl, ok := p.drains[in.ID]; ok {
+			dl := dl
+			v.DrainDeadline = &dl
+		}
+		if rep, ok := d.registrar.(registrar.InFlightReporter); ok {
+			v.InFlight = rep.InFlight(in.ID)
+		}
+		views = append(views, v)
+	}
+	// Forget what we knew of instances that are gone.
+	for id := range p.ready {
+		if !live[id] {
+			delete(p.ready, id)
+		}
+	}
+	for id := range p.drains {
+		if !live[id] {
+			delete(p.drains, id)
+		}
+	}
+	for id, cancel := range p.probing {
+		if !live[id] {
+			cancel()
+			delete(p.probing, id)
+		}
+	}
+	blocked := p.blocked
+	p.mu.Unlock()
+
+	plan := Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked})
+
+	// 1. The gateway first: nothing dead or leaving stays registered.
+	syncErr := d.registrar.Sync(ctx, p.name, plan.Targets)
+	if syncErr != nil {
+		p.setCondition(tidev1.ConditionGatewaySynced, metav1.ConditionFalse, "SyncFailed", syncErr.Error())
+		d.recorder.Eventf(events.TypeWarning, "GatewaySyncFailed", p.name, "", "gateway sync failed: %v", syncErr)
+	} else {
+		p.setCondition(tidev1.ConditionGatewaySynced, metav1.ConditionTrue, "Synced", fmt.Sprintf("%d targets registered", len(plan.Targets)))
+		p.noteTargets(plan.Targets)
+	}
+
+	// 2. Drains.
+	for _, dr := range plan.Drains {
+		p.mu.Lock()
+		p.drains[dr.ID] = dr.Deadline
+		p.mu.Unlock()
+		d.recorder.Eventf(events.TypeNormal, "Draining", p.name, dr.ID, "draining %s until %s: %s", dr.ID, dr.Deadline.Format(time.RFC3339), dr.Reason)
+	}
+
+	// 3. Terminations.
+	var errs []error
+	for _, t := range plan.Terminations {
+		if err := d.provider.Terminate(ctx, t.ID); err != nil {
+			errs = append(errs, fmt.Errorf("terminating %s: %w", t.ID, err))
+			d.recorder.Eventf(events.TypeWarning, "TerminateFailed", p.name, t.ID, "terminating %s failed: %v", t.ID, err)
+			continue
+		}
+		d.metrics.terminations.WithLabelValues(p.name).Inc()
+		d.recorder.Eventf(events.TypeNormal, "Terminating", p.name, t.ID, "terminating %s: %s", t.ID, t.Reason)
+	}
+
+	// 4. Launches, concurrently: a replacement must not wait for another.
+	launched := p.launch(ctx, &spec, plan.Launches)
+
+	// 5. Readiness probes for running instances not yet ready.
+	for _, v := range views {
+		if v.State == provider.StateRunning && v.Address != "" && !v.Ready && plan.Phases[v.ID] != tidev1.PhaseTerminating {
+			p.startProbe(ctx, v.Instance, spec.Serving.ReadinessPath)
+		}
+	}
+	for _, in := range launched {
+		if in.State == provider.StateRunning && in.Address != "" {
+			p.startProbe(ctx, in, spec.Serving.ReadinessPath)
+		}
+	}
+
+	p.writeStatus(generation, views, launched, plan)
+	if syncErr != nil {
+		errs = append(errs, fmt.Errorf("syncing gateway: %w", syncErr))
+	}
+	requeue := plan.Requeue
+	if len(launched) > 0 {
+		// New instances change the picture; look again soon.
+		requeue = time.Millisecond
+	}
+	if len(errs) > 0 {
+		return requeue, errors.Join(errs...)
+	}
+	return requeue, nil
+}
+
+func (p *Pool) noteTargets(ts []registrar.Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastTargets = append(p.lastTargets[:0], ts...)
+	p.synced = true
+}
+
+// launch performs the plan's launches and returns the accepted instances.
+func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launch) []provider.Instance {
+	if len(ls) == 0 {
+		return nil
+	}
+	d := p.deps
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		out      []provider.Instance
+		failures int
+		lastErr  error
+	)
+	p.mu.Lock()
+	var replacing []string
+	for id := range p.lost {
+		replacing = append(replacing, id)
+	}
+	sort.Strings(replacing)
+	p.lost = map[string]string{}
+	p.mu.Unlock()
+	for i, l := range ls {
+		note := ""
+		if i < len(replacing) {
+			note = " replacing " + replacing[i]
+		}
+		wg.Add(1)
+		go func(l Launch, note string) {
+			defer wg.Done()
+			req := provider.LaunchRequest{Pool: p.name, Spec: spec, Token: newToken(), Market: l.Market}
+			in, err := d.provider.Launch(ctx, req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures++
+				lastErr = err
+				d.metrics.launchFailures.WithLabelValues(p.name).Inc()
+				d.recorder.Eventf(events.TypeWarning, "LaunchFailed", p.name, "", "launch failed (%s): %v", l.Reason, err)
+				return
+			}
+			d.metrics.launches.WithLabelValues(p.name, string(in.Market)).Inc()
+			d.recorder.Eventf(events.TypeNormal, "Launched", p.name, in.ID, "launched %s at %s (%s market)%s: %s", in.ID, orDash(in.Address), in.Market, note, l.Reason)
+			out = append(out, in)
+		}(l, note)
+	}
+	wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if failures > 0 {
+		p.launchFails++
+		p.blocked = d.clock.Now().Add(backoff(p.launchFails))
+		reason := "LaunchFailed"
+		if provider.IsInsufficientCapacity(lastErr) {
+			reason = "InsufficientCapacity"
+		}
+		p.setConditionLocked(tidev1.ConditionCapacityAvailable, metav1.ConditionFalse, reason, lastErr.Error())
+	} else {
+		p.launchFails = 0
+		p.blocked = time.Time{}
+		p.setConditionLocked(tidev1.ConditionCapacityAvailable, metav1.ConditionTrue, "Launched", "the last launches succeeded")
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// startProbe polls the instance's readiness path until it answers 2xx, the
+// instance goes away or the pool stops. Probing starts fast (a simulator
+// is up in milliseconds) and slows down for slow starters.
+func (p *Pool) startProbe(ctx context.Context, in provider.Instance, path string) {
+	p.mu.Lock()
+	if _, ok := p.probing[in.ID]; ok || p.ready[in.ID] {
+		p.mu.Unlock()
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	p.probing[in.ID] = cancel
+	p.mu.Unlock()
+	if path == "" {
+		path = "/"
+	}
+	url := "http://" + in.Address + path
+	go func() {
+		defer cancel()
+		interval := 20 * time.Millisecond
+		for {
+			if probeOnce(pctx, p.deps.client, url) {
+				p.markReady(in)
+				return
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-p.deps.clock.After(interval):
+			}
+			if interval < 500*time.Millisecond {
+				interval = interval * 3 / 2
+			}
+		}
+	}()
+}
+
+func probeOnce(ctx context.Context, c *http.Client, url string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+func (p *Pool) markReady(in provider.Instance) {
+	p.mu.Lock()
+	delete(p.probing, in.ID)
+	p.ready[in.ID] = true
+	p.mu.Unlock()
+	took := p.deps.clock.Since(in.LaunchedAt)
+	p.deps.metrics.readySeconds.WithLabelValues(p.name).Observe(took.Seconds())
+	p.deps.recorder.Eventf(events.TypeNormal, "Ready", p.name, in.ID, "%s ready at %s after %s", in.ID, in.Address, took.Round(time.Millisecond))
+	p.Trigger()
+}
+
+func (p *Pool) stopProbes() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, cancel := range p.probing {
+		cancel()
+		delete(p.probing, id)
+	}
+}
+
+// handleEvent folds a provider event into the pool and wakes the loop.
+func (p *Pool) handleEvent(ev provider.Event) {
+	in := ev.Instance
+	switch ev.Type {
+	case provider.EventGone:
+		p.mu.Lock()
+		_, draining := p.drains[in.ID]
+		wasReady := p.ready[in.ID]
+		delete(p.ready, in.ID)
+		if cancel, ok := p.probing[in.ID]; ok {
+			cancel()
+			delete(p.probing, in.ID)
+		}
+		expected := draining || in.State == provider.StateTerminating || in.InterruptAt != nil
+		if !expected {
+			p.lost[in.ID] = ev.Message
+		}
+		p.mu.Unlock()
+		if expected {
+			p.deps.recorder.Eventf(events.TypeNormal, "Terminated", p.name, in.ID, "%s gone: %s", in.ID, ev.Message)
+		} else {
+			p.deps.metrics.lost.WithLabelValues(p.name).Inc()
+			p.deps.recorder.Eventf(events.TypeWarning, "InstanceLost", p.name, in.ID, "%s lost (was ready: %t): %s", in.ID, wasReady, ev.Message)
+		}
+	case provider.EventInterruption:
+		at := "now"
+		if in.InterruptAt != nil {
+			at = in.InterruptAt.Format(time.RFC3339)
+		}
+		p.deps.metrics.interruptions.WithLabelValues(p.name).Inc()
+		p.deps.recorder.Eventf(events.TypeWarning, "ReclaimNotice", p.name, in.ID, "%s will be reclaimed at %s: draining and launching a replacement", in.ID, at)
+	}
+	p.Trigger()
+}
+
+func (p *Pool) setCondition(typ string, status metav1.ConditionStatus, reason, msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setConditionLocked(typ, status, reason, msg)
+}
+
+func (p *Pool) setConditionLocked(typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&p.status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: p.generation,
+		LastTransitionTime: metav1.NewTime(p.deps.clock.Now()),
+	})
+}
+
+func (p *Pool) writeStatus(generation int64, views []View, launched []provider.Instance, plan Plan) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := &p.status
+	st.ObservedGeneration = generation
+	st.Desired = plan.Desired
+	st.Ready = plan.Ready
+	st.Instances = st.Instances[:0]
+	var spot int32
+	add := func(in provider.Instance, phase string) {
+		if in.Market == provider.MarketSpot {
+			spot++
+		}
+		st.Instances = append(st.Instances, tidev1.InstanceStatus{
+			ID: in.ID, Address: in.Address, Zone: in.Zone, Market: string(in.Market),
+			PrivateIP: in.PrivateIP, PublicIP: in.PublicIP, Phase: phase,
+			LaunchedAt: metav1.NewTime(in.LaunchedAt),
+		})
+	}
+	for _, v := range views {
+		phase := plan.Phases[v.ID]
+		if phase == "" {
+			phase = tidev1.PhaseStarting
+		}
+		add(v.Instance, phase)
+	}
+	for _, in := range launched {
+		phase := tidev1.PhaseStarting
+		if in.State == provider.StatePending {
+			phase = tidev1.PhasePending
+		}
+		add(in, phase)
+	}
+	sort.Slice(st.Instances, func(i, j int) bool { return st.Instances[i].ID < st.Instances[j].ID })
+	st.Spot = spot
+
+	if plan.Ready >= plan.Desired {
+		p.setConditionLocked(tidev1.ConditionReady, metav1.ConditionTrue, "Ready", fmt.Sprintf("%d of %d instances ready", plan.Ready, plan.Desired))
+		p.setConditionLocked(tidev1.ConditionDegraded, metav1.ConditionFalse, "AsWanted", "the pool holds its wanted size")
+	} else {
+		p.setConditionLocked(tidev1.ConditionReady, metav1.ConditionFalse, "Scaling", fmt.Sprintf("%d of %d instances ready", plan.Ready, plan.Desired))
+		reason := "Replacing"
+		if plan.Ready == 0 {
+			reason = "NoneReady"
+		}
+		p.setConditionLocked(tidev1.ConditionDegraded, metav1.ConditionTrue, reason, fmt.Sprintf("%d of %d instances ready", plan.Ready, plan.Desired))
+	}
+	p.deps.metrics.desired.WithLabelValues(p.name).Set(float64(plan.Desired))
+	p.deps.metrics.ready.WithLabelValues(p.name).Set(float64(plan.Ready))
+}

@@ -1,0 +1,53 @@
+// Package gateway is TideGPU's built-in HTTP data plane: one entry point in
+// front of a changing pool of inference backends (Ollama, vLLM or the
+// simulator).
+//
+// # Guarantee
+//
+// Backends come and go — killed with SIGKILL, reclaimed by the cloud,
+// drained and replaced — and no request that had not yet started streaming
+// to the client fails because of it. To keep that promise the gateway
+//
+//   - buffers the request body (bounded by Options.MaxBodyBytes) so that it
+//     can be replayed;
+//   - commits a response to the client only once a backend has answered
+//     with a status other than 502/503; until then any failure (dial error,
+//     connection refused or reset, EOF before the response headers, 502, 503)
+//     is retried on another backend, up to Options.MaxRetries times;
+//   - when no backend is available, waits a bounded time
+//     (Options.WaitForBackend) for one to appear before answering 503;
+//   - abandons attempts that are still waiting for response headers on a
+//     backend that the active probe has just declared dead (a reclaimed host
+//     never sends a RST, so without this such requests would hang) and
+//     retries them elsewhere.
+//
+// Once the first byte of a response has been written, the response belongs
+// to that backend: a backend failure mid-stream aborts the client connection
+// (the client sees a truncated response, not a clean end) by panicking with
+// http.ErrAbortHandler, as httputil.ReverseProxy does.
+//
+// # Routing
+//
+// A path ending in /ollama-chat (the seed's Kong route, regex
+// "~/ollama-chat$") is sent to the backend path /api/chat; paths under /api/
+// and /v1/, and the root path /, are passed through unchanged, query
+// included. Anything else is answered 404. The request header
+// X-Tidegpu-Pool restricts the candidates to one pool; every response that
+// came from a backend carries X-Tidegpu-Backend with that backend's ID.
+//
+// # Backends and health
+//
+// The pool controller publishes each pool's backends with
+// Gateway.SetBackends; the new set is in force when the call returns. A
+// backend is a candidate while it is not draining, is healthy according to
+// the active probe, and has not been passively ejected (if every candidate
+// is ejected, the ejected ones are used anyway rather than failing: "panic
+// routing"). Draining backends get no new requests; Gateway.InFlight tells
+// the controller when the last in-flight request on one has finished, and
+// that count is exact: once it has been observed at 0 after SetBackends
+// marked the backend draining or removed it, no request will start on it.
+//
+// A server that serves a Gateway must not set http.Server.WriteTimeout (it
+// would cut long generations), and a panic-recovering middleware in front of
+// it must re-panic http.ErrAbortHandler.
+package gateway

@@ -1,0 +1,603 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+)
+
+// Header names used by the gateway.
+const (
+	// PoolHeader, on a request, restricts the candidate backends to one pool.
+	PoolHeader = "X-Tidegpu-Pool"
+	// BackendHeader, on a response, names the backend that produced it.
+	BackendHeader = "X-Tidegpu-Backend"
+)
+
+// Defaults applied by New to zero-valued Options fields.
+const (
+	DefaultMaxRetries     = 3
+	DefaultMaxBodyBytes   = 8 << 20
+	DefaultProbeInterval  = time.Second
+	DefaultProbePath      = "/"
+	DefaultProbeTimeout   = time.Second
+	DefaultProbeFailures  = 2
+	DefaultEjectAfter     = 3
+	DefaultEjectFor       = 10 * time.Second
+	DefaultMaxEjectFor    = 2 * time.Minute
+	DefaultWaitForBackend = 2 * time.Second
+	DefaultDialTimeout    = time.Second
+	DefaultWeight         = 100
+)
+
+// Backend is one inference instance as published by the pool controller.
+type Backend struct {
+	ID       string // instance id, unique across pools
+	Pool     string // pool name
+	Address  string // host:port, plain HTTP
+	Weight   int    // relative capacity, > 0; 0 (or less) means DefaultWeight
+	Draining bool   // gets no new requests; in-flight ones continue
+}
+
+// Options configures a Gateway. The zero value is valid: every zero field
+// takes its default.
+type Options struct {
+	// Policy is "least-request" (the default) or "round-robin".
+	Policy string
+	// MaxRetries is how many further attempts, each on a backend not yet
+	// tried by the request, follow a failed one. 0 means DefaultMaxRetries;
+	// negative disables retries.
+	MaxRetries int
+	// MaxBodyBytes bounds the request body, which is buffered so that it can
+	// be replayed; a larger body is answered 413. 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// WaitForBackend is how long a request waits, in total, for a candidate
+	// backend to appear when there is none (none published, all draining or
+	// down, or all tried) before it is answered. 0 means
+	// DefaultWaitForBackend; negative means do not wait.
+	WaitForBackend time.Duration
+
+	// ProbeInterval is the period of the active probe. 0 means
+	// DefaultProbeInterval; negative disables probing.
+	ProbeInterval time.Duration
+	// ProbePath is the path probed with GET on every backend. A probe
+	// succeeds on any status from 200 to 499: the probe asks whether the
+	// server answers, and "/" answers 200 on Ollama and 404 on vLLM, so the
+	// default works on all backend kinds. 0 means DefaultProbePath ("/");
+	// use "/health" to probe vLLM's engine health.
+	ProbePath string
+	// ProbeTimeout bounds one probe. 0 means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// ProbeFailures is how many consecutive failed probes mark a backend
+	// unhealthy. A probe that cannot connect at all (refused, unreachable,
+	// dial timeout) marks it unhealthy at once. 0 means
+	// DefaultProbeFailures.
+	ProbeFailures int
+	// ProbeBeforeAdmit makes new backends wait for their first successful
+	// probe before they get requests. By default they are eligible at once:
+	// the pool controller only publishes Ready instances.
+	ProbeBeforeAdmit bool
+
+	// EjectAfter is how many consecutive failed attempts (transport errors
+	// and 5xx answers) eject a backend from selection for EjectFor. A
+	// failure to connect ejects at once. 0 means DefaultEjectAfter;
+	// negative disables passive ejection.
+	EjectAfter int
+	// EjectFor is the first ejection's length; each further ejection without
+	// a success in between doubles it, up to MaxEjectFor. 0 means
+	// DefaultEjectFor.
+	EjectFor time.Duration
+	// MaxEjectFor caps the ejection length. 0 means DefaultMaxEjectFor.
+	MaxEjectFor time.Duration
+
+	// DialTimeout bounds connecting to a backend, so that a vanished host
+	// does not hang a request. Used only when Transport is nil. 0 means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a backend's response
+	// headers. Used only when Transport is nil. 0 means no limit: Ollama
+	// answers a non-streaming request only when the whole generation is
+	// done.
+	ResponseHeaderTimeout time.Duration
+	// Transport carries requests and probes to the backends. nil means a
+	// transport owned by the gateway, tuned for many keep-alive connections
+	// per backend.
+	Transport http.RoundTripper
+
+	// Clock drives probes, ejections and waits. nil means the real clock.
+	// Latency metrics always use real time.
+	Clock clock.Clock
+	// Registry, if non-nil, gets the gateway's metrics.
+	Registry prometheus.Registerer
+	// Logger gets health transitions. nil means no logging.
+	Logger *slog.Logger
+}
+
+// Gateway is the data plane: an http.Handler that proxies each request to
+// one backend, retrying failed attempts on others. Its methods are safe for
+// concurrent use.
+type Gateway struct {
+	policy        Policy
+	transport     http.RoundTripper
+	ownTransport  *http.Transport
+	probeOnce     sync.Once
+	probeRT       http.RoundTripper
+	clock         clock.Clock
+	log           *slog.Logger
+	metrics       *metrics
+	maxRetries    int
+	maxBody       int64
+	waitFor       time.Duration
+	probeInterval time.Duration
+	probePath     string
+	probeTimeout  time.Duration
+	probeFailures int
+	probeAdmit    bool
+	ejectAfter    int
+	ejectFor      time.Duration
+	maxEjectFor   time.Duration
+
+	table atomic.Pointer[table]
+
+	mu      sync.Mutex    // serializes SetBackends and guards the fields below
+	retired []*Upstream   // removed from their pool, requests still in flight
+	changed chan struct{} // closed and replaced on every change that may add a candidate
+
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	kick      chan struct{} // asks the prober for a round now
+	probeDone chan struct{}
+	closeOnce sync.Once
+}
+
+// table is an immutable snapshot of the published backends.
+type table struct {
+	pools map[string][]*Upstream
+	all   []*Upstream
+	byID  map[string]*Upstream
+}
+
+var emptyTable = &table{pools: map[string][]*Upstream{}, byID: map[string]*Upstream{}}
+
+// New validates opts, applies defaults and returns a Gateway with no
+// backends. Its probes run until Close.
+func New(opts Options) (*Gateway, error) {
+	policy, err := NewPolicy(opts.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: Options.Policy: %w", err)
+	}
+	g := &Gateway{
+		policy:        policy,
+		transport:     opts.Transport,
+		clock:         opts.Clock,
+		log:           opts.Logger,
+		maxRetries:    opts.MaxRetries,
+		maxBody:       opts.MaxBodyBytes,
+		waitFor:       opts.WaitForBackend,
+		probeInterval: opts.ProbeInterval,
+		probePath:     opts.ProbePath,
+		probeTimeout:  opts.ProbeTimeout,
+		probeFailures: opts.ProbeFailures,
+		probeAdmit:    opts.ProbeBeforeAdmit,
+		ejectAfter:    opts.EjectAfter,
+		ejectFor:      opts.EjectFor,
+		maxEjectFor:   opts.MaxEjectFor,
+		changed:       make(chan struct{}),
+		kick:          make(chan struct{}, 1),
+	}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("gateway: Options.%s: "+format, append([]any{field}, args...)...))
+	}
+	switch {
+	case g.maxRetries == 0:
+		g.maxRetries = DefaultMaxRetries
+	case g.maxRetries < 0:
+		g.maxRetries = 0
+	}
+	switch {
+	case g.maxBody == 0:
+		g.maxBody = DefaultMaxBodyBytes
+	case g.maxBody < 0:
+		bad("MaxBodyBytes", "must not be negative, got %d", g.maxBody)
+	}
+	switch {
+	case g.waitFor == 0:
+		g.waitFor = DefaultWaitForBackend
+	case g.waitFor < 0:
+		g.waitFor = 0
+	}
+	if g.probeInterval == 0 {
+		g.probeInterval = DefaultProbeInterval
+	}
+	switch {
+	case g.probePath == "":
+		g.probePath = DefaultProbePath
+	case !strings.HasPrefix(g.probePath, "/"):
+		bad("ProbePath", "must start with /, got %q", g.probePath)
+	}
+	switch {
+	case g.probeTimeout == 0:
+		g.probeTimeout = DefaultProbeTimeout
+	case g.probeTimeout < 0:
+		bad("ProbeTimeout", "must not be negative, got %v", g.probeTimeout)
+	}
+	switch {
+	case g.probeFailures == 0:
+		g.probeFailures = DefaultProbeFailures
+	case g.probeFailures < 0:
+		bad("ProbeFailures", "must not be negative, got %d", g.probeFailures)
+	}
+	if g.probeAdmit && g.probeInterval < 0 {
+		bad("ProbeBeforeAdmit", "needs probing, but ProbeInterval is %v (disabled)", g.probeInterval)
+	}
+	if g.ejectAfter == 0 {
+		g.ejectAfter = DefaultEjectAfter
+	}
+	switch {
+	case g.ejectFor == 0:
+		g.ejectFor = DefaultEjectFor
+	case g.ejectFor < 0:
+		bad("EjectFor", "must not be negative, got %v", g.ejectFor)
+	}
+	switch {
+	case g.maxEjectFor == 0:
+		g.maxEjectFor = max(DefaultMaxEjectFor, g.ejectFor)
+	case g.maxEjectFor < g.ejectFor:
+		bad("MaxEjectFor", "must be at least EjectFor (%v), got %v", g.ejectFor, g.maxEjectFor)
+	}
+	if opts.DialTimeout < 0 {
+		bad("DialTimeout", "must not be negative, got %v", opts.DialTimeout)
+	}
+	if opts.ResponseHeaderTimeout < 0 {
+		bad("ResponseHeaderTimeout", "must not be negative, got %v", opts.ResponseHeaderTimeout)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if g.clock == nil {
+		g.clock = clock.RealClock{}
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.transport == nil {
+		g.ownTransport = newTransport(cmp(opts.DialTimeout, DefaultDialTimeout), opts.ResponseHeaderTimeout)
+		g.transport = g.ownTransport
+	}
+	g.table.Store(emptyTable)
+	if opts.Registry != nil {
+		m, err := newMetrics(opts.Registry, g)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: Options.Registry: %w", err)
+		}
+		g.metrics = m
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.probeDone = make(chan struct{})
+	if g.probeInterval > 0 {
+		go g.probeLoop()
+	} else {
+		close(g.probeDone)
+	}
+	return g, nil
+}
+
+func cmp(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// newTransport returns the shared transport: plain HTTP/1.1, no proxy from
+// the environment, no transparent decompression (Accept-Encoding and the
+// encoded body pass through), many idle keep-alive connections per backend
+// (every in-flight stream holds one) and a short dial timeout.
+func newTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
+	d := &net.Dialer{
+		Timeout: dialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3,
+		},
+	}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		MaxIdleConns:          0, // no global limit; per host below
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		ExpectContinueTimeout: 0,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+}
+
+// Close stops the probes, unregisters the metrics and closes idle
+// connections. In-flight requests continue. Close is idempotent.
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		g.cancel()
+		<-g.probeDone
+		g.metrics.unregister()
+		if g.ownTransport != nil {
+			g.ownTransport.CloseIdleConnections()
+		}
+	})
+}
+
+// SetBackends atomically replaces the set of backends of pool (an empty or
+// nil bs removes the pool). It is in force when SetBackends returns: the
+// next request sees the new set, a backend now marked draining or left out
+// gets no new request, and requests in flight on it continue. Backends whose
+// ID is already known keep their load, health and statistics. Entries
+// without ID or Address, and repeated IDs, are ignored.
+func (g *Gateway) SetBackends(pool string, bs []Backend) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+
+	old := g.table.Load()
+	next := &table{
+		pools: make(map[string][]*Upstream, len(old.pools)+1),
+		byID:  make(map[string]*Upstream, len(old.byID)+len(bs)),
+	}
+	for name, ups := range old.pools {
+		if name != pool {
+			next.pools[name] = ups
+		}
+	}
+	keep := make(map[*Upstream]bool, len(bs))
+	seen := make(map[string]bool, len(bs))
+	list := make([]*Upstream, 0, len(bs))
+	added := false
+	for _, b := range bs {
+		if b.ID == "" || b.Address == "" {
+			g.log.Warn("gateway: ignoring backend without ID or address", "pool", pool, "id", b.ID, "address", b.Address)
+			continue
+		}
+		w := int64(b.Weight)
+		if w <= 0 {
+			w = DefaultWeight
+		}
+		if seen[b.ID] {
+			g.log.Warn("gateway: ignoring repeated backend ID", "pool", pool, "id", b.ID)
+			continue
+		}
+		seen[b.ID] = true
+		u := old.byID[b.ID]
+		if u != nil && (u.pool != pool || u.address != b.Address) {
+			// Same ID, new identity: the old one leaves (below or from its
+			// other pool here), a fresh Upstream takes its place.
+			if u.pool != pool {
+				next.pools[u.pool] = slices.DeleteFunc(slices.Clone(next.pools[u.pool]), func(x *Upstream) bool { return x == u })
+				if len(next.pools[u.pool]) == 0 {
+					delete(next.pools, u.pool)
+				}
+				g.retireLocked(u)
+			}
+			u = nil
+		}
+		if u == nil {
+			u = g.reviveLocked(b.ID, pool, b.Address)
+		}
+		if u == nil {
+			u = newUpstream(b.ID, pool, b.Address, w, !g.probeAdmit)
+			added = true
+		}
+		u.weight.Store(w)
+		u.draining.Store(b.Draining)
+		keep[u] = true
+		list = append(list, u)
+	}
+	for _, u := range old.pools[pool] {
+		if !keep[u] {
+			g.retireLocked(u)
+		}
+	}
+	if len(list) > 0 {
+		next.pools[pool] = list
+	}
+	// all in a stable order (pools by name, then as published), so that
+	// round-robin and tie breaking do not depend on map iteration.
+	names := slices.Sorted(maps.Keys(next.pools))
+	for _, name := range names {
+		for _, u := range next.pools[name] {
+			next.all = append(next.all, u)
+			next.byID[u.id] = u
+		}
+	}
+	g.table.Store(next)
+	g.reapLocked()
+	g.notifyLocked()
+	if added && g.probeAdmit {
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// retireLocked takes u out of selection; it stays visible to InFlight, the
+// probes and the admin view until its last request finishes.
+func (g *Gateway) retireLocked(u *Upstream) {
+	u.removed.Store(true)
+	if !slices.Contains(g.retired, u) {
+		g.retired = append(g.retired, u)
+	}
+}
+
+// reviveLocked brings back a retired Upstream with the same identity.
+func (g *Gateway) reviveLocked(id, pool, address string) *Upstream {
+	for i, u := range g.retired {
+		if u.id == id && u.pool == pool && u.address == address {
+			g.retired = slices.Delete(g.retired, i, i+1)
+			u.removed.Store(false)
+			return u
+		}
+	}
+	return nil
+}
+
+// reapLocked forgets retired Upstreams whose last request has finished, and
+// their metric series. Requests record their metrics before they release
+// their backend, so nothing re-creates the series afterwards.
+func (g *Gateway) reapLocked() {
+	t := g.table.Load()
+	g.retired = slices.DeleteFunc(g.retired, func(u *Upstream) bool {
+		if u.inflight.Load() > 0 {
+			return false
+		}
+		if _, back := t.byID[u.id]; !back {
+			g.metrics.forget(u.id)
+		}
+		return true
+	})
+}
+
+func (g *Gateway) reap() {
+	g.mu.Lock()
+	g.reapLocked()
+	g.mu.Unlock()
+}
+
+// notifyLocked wakes the requests waiting for a candidate.
+func (g *Gateway) notifyLocked() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+func (g *Gateway) notify() {
+	g.mu.Lock()
+	g.notifyLocked()
+	g.mu.Unlock()
+}
+
+func (g *Gateway) changeCh() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.changed
+}
+
+// upstreams returns every Upstream the gateway knows: published and retired.
+func (g *Gateway) upstreams() []*Upstream {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.table.Load()
+	return append(slices.Clip(t.all), g.retired...)
+}
+
+// InFlight returns the number of requests in flight on the backend with that
+// ID, including after it was marked draining or removed from its pool, until
+// they finish; 0 for an unknown ID. Once it has returned 0 for a backend that
+// SetBackends had already marked draining or removed, no request will start
+// on that backend (unless it is published again as not draining), so the
+// instance can be terminated.
+func (g *Gateway) InFlight(id string) int {
+	var n int64
+	if u := g.table.Load().byID[id]; u != nil {
+		n += u.inflight.Load()
+	}
+	g.mu.Lock()
+	for _, u := range g.retired {
+		if u.id == id {
+			n += u.inflight.Load()
+		}
+	}
+	g.mu.Unlock()
+	return int(n)
+}
+
+// BackendStatus is one backend's state, for the admin API and dashboard.
+type BackendStatus struct {
+	ID       string `json:"id"`
+	Pool     string `json:"pool"`
+	Address  string `json:"address"`
+	Weight   int    `json:"weight"`
+	Draining bool   `json:"draining"`
+	// Removed: no longer published, still serving in-flight requests.
+	Removed bool `json:"removed,omitempty"`
+	// Healthy according to the active probe.
+	Healthy bool `json:"healthy"`
+	// Ejected by passive health checking, until EjectedUntil.
+	Ejected      bool      `json:"ejected"`
+	EjectedUntil time.Time `json:"ejectedUntil,omitzero"`
+	// Eligible: would get new requests now (not draining, healthy, not
+	// ejected, not removed).
+	Eligible bool `json:"eligible"`
+	InFlight int  `json:"inFlight"`
+	// Requests counts attempts sent; Failures the failed ones.
+	Requests            uint64 `json:"requests"`
+	Failures            uint64 `json:"failures"`
+	ConsecutiveFailures int    `json:"consecutiveFailures"`
+	// EWMALatency: moving average of the time to response headers.
+	EWMALatency time.Duration `json:"ewmaLatencyNs"`
+	LastError   string        `json:"lastError,omitempty"`
+}
+
+// Backends returns the state of every backend, published or still draining
+// in-flight requests after removal, sorted by pool and ID.
+func (g *Gateway) Backends() []BackendStatus {
+	now := g.clock.Now()
+	ups := g.upstreams()
+	out := make([]BackendStatus, 0, len(ups))
+	for _, u := range ups {
+		until := u.ejectedUntil.Load()
+		ejected := u.ejected(now.UnixNano())
+		u.mu.Lock()
+		lastErr := u.lastErr
+		u.mu.Unlock()
+		s := BackendStatus{
+			ID:                  u.id,
+			Pool:                u.pool,
+			Address:             u.address,
+			Weight:              int(u.weight.Load()),
+			Draining:            u.draining.Load(),
+			Removed:             u.removed.Load(),
+			Healthy:             u.healthy.Load(),
+			Ejected:             ejected,
+			InFlight:            int(u.inflight.Load()),
+			Requests:            u.requests.Load(),
+			Failures:            u.failures.Load(),
+			ConsecutiveFailures: int(u.consecutive.Load()),
+			EWMALatency:         u.EWMA(),
+			LastError:           lastErr,
+		}
+		if ejected {
+			s.EjectedUntil = time.Unix(0, until)
+		}
+		s.Eligible = !s.Draining && !s.Removed && s.Healthy && !s.Ejected
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b BackendStatus) int {
+		if c := strings.Compare(a.Pool, b.Pool); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.ID, b.ID); c != 0 {
+			return c
+		}
+		// A retired twin after the published one.
+		switch {
+		case a.Removed == b.Removed:
+			return 0
+		case b.Removed:
+			return -1
+		}
+		return 1
+	})
+	return out
+}

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"net"
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 (and the
+// obsolete ones proxies still see); they describe one connection and are not
+// forwarded. Keys are in canonical form.
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// removeHopHeaders deletes the hop-by-hop headers from h, including those
+// named in its Connection header.
+func removeHopHeaders(h http.Header) {
+	for _, f := range h["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+// containsToken reports whether a comma-separated header value list holds
+// token, case-insensitively.
+func containsToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if t, _, _ = strings.Cut(t, ";"); strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// outboundHeader returns the headers of the request to send to a backend:
+// the client's, without hop-by-hop headers and Expect (the body is already
+// read), with X-Forwarded-For/-Host/-Proto. The same map serves every
+// attempt and is never written after this.
+//
+// Upgrades (WebSocket) are not proxied: without Connection and Upgrade the
+// backend answers the request as a plain one.
+func outboundHeader(r *http.Request) http.Header {
+	h := r.Header.Clone()
+	if h == nil {
+		h = make(http.Header, 4)
+	}
+	trailers := containsToken(r.Header["Te"], "trailers")
+	removeHopHeaders(h)
+	delete(h, "Expect")
+	if trailers {
+		h["Te"] = []string{"trailers"}
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		prior, present := h["X-Forwarded-For"]
+		// A nil value, set by a trusted middleware, means "do not add".
+		if !present || prior != nil {
+			if len(prior) > 0 {
+				ip = strings.Join(prior, ", ") + ", " + ip
+			}
+			h["X-Forwarded-For"] = []string{ip}
+		}
+	}
+	if _, ok := h["X-Forwarded-Host"]; !ok && r.Host != "" {
+		h["X-Forwarded-Host"] = []string{r.Host}
+	}
+	if _, ok := h["X-Forwarded-Proto"]; !ok {
+		proto := "http"
+		if r.TLS != nil {
+			proto = "https"
+		}
+		h["X-Forwarded-Proto"] = []string{proto}
+	}
+	// Do not let the transport add Go's default User-Agent.
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""}
+	}
+	return h
+}

@@ -1,0 +1,175 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// isConnectFailure reports whether err says that nothing accepts
+// connections at the backend's address: refused, unreachable, or the dial
+// timed out. Unlike a reset or an EOF, which can hit one stale pooled
+// connection of a live server, that is what a SIGKILLed process or a
+// reclaimed host looks like, so it ejects (and fails a probe) at once.
+func isConnectFailure(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// recordFailure is passive health checking: it counts a failed attempt on u
+// and ejects u after EjectAfter consecutive failures, or at once if connect
+// is set. Each ejection without a success since the previous one lasts twice
+// as long, up to MaxEjectFor. The consecutive count is not reset when an
+// ejection ends, only by a success: a backend back from ejection is on
+// probation, and its next failure ejects it again.
+func (g *Gateway) recordFailure(u *Upstream, reason string, connect bool) {
+	u.failures.Add(1)
+	n := u.consecutive.Add(1)
+	u.mu.Lock()
+	u.lastErr = reason
+	if g.ejectAfter < 0 {
+		u.mu.Unlock()
+		return
+	}
+	now := g.clock.Now()
+	if u.ejected(now.UnixNano()) || (!connect && int(n) < g.ejectAfter) {
+		u.mu.Unlock()
+		return
+	}
+	d := g.ejectFor
+	for i := 0; i < u.ejections && d < g.maxEjectFor; i++ {
+		d *= 2
+	}
+	d = min(d, g.maxEjectFor)
+	u.ejections++
+	u.ejectedUntil.Store(now.Add(d).UnixNano())
+	u.mu.Unlock()
+	g.metrics.ejected()
+	g.log.Warn("gateway: backend ejected", "backend", u.id, "pool", u.pool, "for", d, "consecutiveFailures", n, "reason", reason)
+}
+
+// recordSuccess counts an attempt that got a response; it ends any ejection
+// and the failure streak.
+func (g *Gateway) recordSuccess(u *Upstream, latency time.Duration) {
+	u.observeLatency(latency)
+	if u.consecutive.Load() == 0 && u.ejectedUntil.Load() == 0 {
+		return
+	}
+	u.mu.Lock()
+	u.consecutive.Store(0)
+	u.ejections = 0
+	u.ejectedUntil.Store(0)
+	u.mu.Unlock()
+}
+
+// probeLoop runs a probe round every probeInterval, and at once when a
+// backend that must be probed before admission was added.
+func (g *Gateway) probeLoop() {
+	defer close(g.probeDone)
+	t := g.clock.NewTimer(g.probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C():
+		case <-g.kick:
+			t.Stop()
+		}
+		g.probeAll(g.ctx)
+		t.Reset(g.probeInterval)
+	}
+}
+
+// probeAll probes every known backend concurrently, retired ones with
+// requests in flight included (so that a hung request on a removed backend
+// is still rescued), and returns when all probes are done.
+func (g *Gateway) probeAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, u := range g.upstreams() {
+		wg.Go(func() { g.probe(ctx, u) })
+	}
+	wg.Wait()
+}
+
+func (g *Gateway) probe(ctx context.Context, u *Upstream) {
+	pctx, cancel := context.WithTimeout(ctx, g.probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, "http://"+u.address+g.probePath, nil)
+	if err != nil {
+		g.probeResult(u, false, false, "probe: "+err.Error())
+		return
+	}
+	req.Header.Set("User-Agent", "tidegpu-gateway-probe")
+	resp, err := g.probeTransport().RoundTrip(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the gateway is closing
+		}
+		g.probeResult(u, false, isConnectFailure(err), "probe: "+err.Error())
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	ok := resp.StatusCode >= 200 && resp.StatusCode < 500
+	g.probeResult(u, ok, false, "probe: status "+strconv.Itoa(resp.StatusCode))
+}
+
+// probeTransport is the transport for probes. The gateway's own one does
+// not keep connections alive, so that every probe also proves a backend
+// still accepts connections (a reclaimed host fails the dial within
+// DialTimeout instead of timing out on a dead pooled connection), and probes
+// never take from or poison the data plane's connection pool.
+func (g *Gateway) probeTransport() http.RoundTripper {
+	g.probeOnce.Do(func() {
+		if g.ownTransport == nil {
+			g.probeRT = g.transport
+			return
+		}
+		t := g.ownTransport.Clone()
+		t.DisableKeepAlives = true
+		g.probeRT = t
+	})
+	return g.probeRT
+}
+
+// probeResult applies one probe's outcome. A backend turning unhealthy has
+// its life signal cancelled: attempts still waiting for its response headers
+// are abandoned and retried elsewhere.
+func (g *Gateway) probeResult(u *Upstream, ok, connect bool, reason string) {
+	var up, down bool
+	u.mu.Lock()
+	if ok {
+		u.probeFails = 0
+		if !u.healthy.Load() {
+			u.life.Store(newLife())
+			u.healthy.Store(true)
+			up = true
+		}
+	} else {
+		u.probeFails++
+		u.lastErr = reason
+		if u.healthy.Load() && (connect || u.probeFails >= g.probeFailures) {
+			u.healthy.Store(false)
+			u.life.Load().cancel()
+			down = true
+		}
+	}
+	u.mu.Unlock()
+	switch {
+	case up:
+		g.log.Info("gateway: backend healthy", "backend", u.id, "pool", u.pool)
+		g.notify()
+	case down:
+		g.log.Warn("gateway: backend unhealthy", "backend", u.id, "pool", u.pool, "reason", reason)
+	}
+}

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// noBackend is the pool and backend label of requests that no backend
+// answered. (The pool a client asked for is not used as a label: it is
+// client input, and would make the series count unbounded.)
+const noBackend = "none"
+
+// codeLabels caches the status code label values.
+var codeLabels = func() (l [600]string) {
+	for i := range l {
+		l[i] = strconv.Itoa(i)
+	}
+	return l
+}()
+
+func codeLabel(code int) string {
+	if code >= 0 && code < len(codeLabels) {
+		return codeLabels[code]
+	}
+	return strconv.Itoa(code)
+}
+
+// metrics is the gateway's Prometheus instrumentation. A nil *metrics (no
+// Options.Registry) records nothing.
+type metrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+
+	requests  *prometheus.CounterVec
+	duration  prometheus.Histogram
+	retries   *prometheus.CounterVec
+	aborts    prometheus.Counter
+	ejections prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidegpu_gateway_requests_total",
+			Help: "Requests answered by the gateway, by the pool and backend that answered (\"none\" if none did) and status code (499: the client went away first).",
+		}, []string{"pool", "backend", "code"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tidegpu_gateway_request_duration_seconds",
+			Help:    "Time from receiving a request to the end of its response, streams included.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidegpu_gateway_retries_total",
+			Help: "Attempts made on another backend after a failed one, by the failure: connect, transport (reset, EOF before headers, timeout), down (backend declared dead by the probe while the attempt waited), status (a 502 or 503 answer).",
+		}, []string{"reason"}),
+		aborts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidegpu_gateway_stream_aborts_total",
+			Help: "Responses cut off because their backend failed after the first byte had been sent to the client.",
+		}),
+		ejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidegpu_gateway_ejections_total",
+			Help: "Passive ejections of backends after consecutive failures.",
+		}),
+	}
+	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, &stateCollector{g: g}}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) unregister() {
+	if m == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+func (m *metrics) request(pool, backend string, code int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(pool, backend, codeLabel(code)).Inc()
+	m.duration.Observe(d.Seconds())
+}
+
+func (m *metrics) retry(reason string) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(reason).Inc()
+}
+
+func (m *metrics) aborted() {
+	if m == nil {
+		return
+	}
+	m.aborts.Inc()
+}
+
+func (m *metrics) ejected() {
+	if m == nil {
+		return
+	}
+	m.ejections.Inc()
+}
+
+// forget deletes the series of a backend that is gone.
+func (m *metrics) forget(backend string) {
+	if m == nil {
+		return
+	}
+	m.requests.DeletePartialMatch(prometheus.Labels{"backend": backend})
+}
+
+var (
+	inFlightDesc = prometheus.NewDesc("tidegpu_gateway_backend_in_flight",
+		"Requests in flight on a backend, including one draining or removed from its pool.",
+		[]string{"pool", "backend"}, nil)
+	healthyDesc = prometheus.NewDesc("tidegpu_gateway_backend_healthy",
+		"1 if the backend passes its probe and is not passively ejected, else 0.",
+		[]string{"pool", "backend"}, nil)
+)
+
+// stateCollector reports the per-backend gauges from the gateway's live
+// state at scrape time, so a backend that is gone has no series left.
+type stateCollector struct{ g *Gateway }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- inFlightDesc
+	ch <- healthyDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.g.clock.Now().UnixNano()
+	seen := make(map[[2]string]bool)
+	for _, u := range c.g.upstreams() {
+		key := [2]string{u.pool, u.id}
+		if seen[key] {
+			continue // a retired twin of a published backend: one series
+		}
+		seen[key] = true
+		in := float64(c.g.InFlight(u.id))
+		healthy := 0.0
+		if u.healthy.Load() && !u.ejected(now) {
+			healthy = 1
+		}
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, in, u.pool, u.id)
+		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, u.pool, u.id)
+	}
+}

@@ -1,0 +1,448 @@
+package gateway
+
+// Why not httputil.ReverseProxy: the retry loop needs to own the moment the
+// response is committed to the client. ReverseProxy commits inside
+// ServeHTTP (its ErrorHandler writes the error response), so retries would
+// have to hide in a RoundTripper, which then could not tell the proxy which
+// backend answered, keep that backend's in-flight count until the stream
+// ends, or learn whether a mid-stream error was the backend's (passive
+// health) or the client's (not the backend's fault). What is left of
+// ReverseProxy that we need — hop-by-hop headers, X-Forwarded-For, trailers,
+// the copy loop with a flush per read, aborting the client connection on a
+// mid-stream failure — is short and lives here and in headers.go, and
+// writing it ourselves also saves ReverseProxy's per-request clone.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// route maps a client path to the backend path: a path ending in
+// /ollama-chat (the Kong route "~/ollama-chat$" with service path /api/chat)
+// goes to /api/chat; /, /api/… and /v1/… pass through unchanged.
+func route(u *url.URL) (path, rawPath string, ok bool) {
+	p := u.Path
+	switch {
+	case strings.HasSuffix(p, "/ollama-chat"):
+		return "/api/chat", "", true
+	case p == "/", strings.HasPrefix(p, "/api/"), strings.HasPrefix(p, "/v1/"):
+		return p, u.RawPath, true
+	}
+	return "", "", false
+}
+
+// statusClientClosed is the status recorded (never sent) for requests whose
+// client went away before an answer, as nginx does.
+const statusClientClosed = 499
+
+// exchange is the state of one client request across its attempts.
+type exchange struct {
+	g        *Gateway
+	w        http.ResponseWriter
+	r        *http.Request
+	start    time.Time
+	body     []byte
+	tmpl     *http.Request // the outbound request without context, URL and body
+	path     string
+	rawPath  string
+	pool     string
+	tried    []*Upstream
+	deadline time.Time // end of the wait for a backend; zero until the first wait
+
+	triedBuf [4]*Upstream
+	candBuf  [16]*Upstream
+}
+
+// attempt is one try of an exchange on one backend.
+type attempt struct {
+	u       *Upstream
+	resp    *http.Response
+	cancel  context.CancelCauseFunc
+	latency time.Duration
+}
+
+// ServeHTTP proxies r to a backend: it buffers the body, picks a backend,
+// and retries on another one every attempt that fails before the response
+// is committed; see the package documentation.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	path, rawPath, ok := route(r.URL)
+	if !ok {
+		g.fail(w, start, http.StatusNotFound, "no route")
+		return
+	}
+	if r.Method == http.MethodConnect {
+		g.fail(w, start, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	body, code := g.readBody(r)
+	switch code {
+	case 0:
+	case http.StatusRequestEntityTooLarge:
+		g.fail(w, start, code, "request body too large")
+		return
+	default:
+		g.fail(w, start, code, "cannot read request body")
+		return
+	}
+	e := &exchange{
+		g: g, w: w, r: r, start: start, body: body,
+		path: path, rawPath: rawPath, pool: r.Header.Get(PoolHeader),
+		tmpl: &http.Request{
+			Method:        r.Method,
+			Proto:         "HTTP/1.1",
+			ProtoMajor:    1,
+			ProtoMinor:    1,
+			Header:        outboundHeader(r),
+			ContentLength: int64(len(body)),
+		},
+	}
+	e.tried = e.triedBuf[:0]
+	e.serve()
+}
+
+// readBody buffers the request body, up to MaxBodyBytes. It returns a
+// non-zero status if the body is too large or cannot be read.
+func (g *Gateway) readBody(r *http.Request) ([]byte, int) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0
+	}
+	if r.ContentLength > g.maxBody {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	if r.ContentLength > 0 {
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return nil, http.StatusBadRequest
+		}
+		return buf, 0
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
+	switch {
+	case err != nil:
+		return nil, http.StatusBadRequest
+	case int64(len(buf)) > g.maxBody:
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	return buf, 0
+}
+
+func (e *exchange) serve() {
+	g := e.g
+	var (
+		held    *attempt // a 502/503 answer, sent if no other backend is left
+		lastErr error
+		reason  string // of the last failure, for the retry metric
+	)
+	for attempts := 0; ; attempts++ {
+		var u *Upstream
+		if attempts <= g.maxRetries {
+			u = e.next()
+		}
+		if u == nil {
+			switch {
+			case held != nil:
+				e.commit(held)
+			case e.r.Context().Err() != nil:
+				g.metrics.request(noBackend, noBackend, statusClientClosed, time.Since(e.start))
+			case attempts == 0:
+				g.fail(e.w, e.start, http.StatusServiceUnavailable, "no ready backend")
+			default:
+				g.log.Warn("gateway: request failed on every backend tried", "tried", len(e.tried), "lastErr", lastErr)
+				g.fail(e.w, e.start, http.StatusBadGateway, "all backends failed")
+			}
+			return
+		}
+		if held != nil {
+			held.discard(g)
+			held = nil
+		}
+		if attempts > 0 {
+			g.metrics.retry(reason)
+		}
+		a, err := e.try(u)
+		switch {
+		case err == nil && (a.resp.StatusCode == http.StatusBadGateway || a.resp.StatusCode == http.StatusServiceUnavailable):
+			g.recordFailure(u, "status "+a.resp.Status, false)
+			e.tried = append(e.tried, u)
+			held, reason = a, "status"
+			lastErr = errors.New("backend " + u.id + ": " + a.resp.Status)
+			continue
+		case err == nil:
+			if a.resp.StatusCode >= 500 {
+				g.recordFailure(u, "status "+a.resp.Status, false)
+			} else {
+				g.recordSuccess(u, a.latency)
+			}
+			e.commit(a)
+			return
+		}
+		// The attempt failed before any response.
+		a.cancel(nil)
+		if e.r.Context().Err() != nil {
+			g.metrics.request(u.pool, u.id, statusClientClosed, time.Since(e.start))
+			g.release(u)
+			return
+		}
+		switch {
+		case errors.Is(err, errBackendDown):
+			reason = "down" // already counted by the probe
+		case isConnectFailure(err):
+			reason = "connect"
+			g.recordFailure(u, err.Error(), true)
+		default:
+			reason = "transport"
+			g.recordFailure(u, err.Error(), false)
+		}
+		g.release(u)
+		e.tried = append(e.tried, u)
+		lastErr = err
+	}
+}
+
+// next picks a backend for the next attempt, waiting (within the request's
+// WaitForBackend budget) for one to appear if there is none. It returns nil
+// if none appeared or the client went away.
+func (e *exchange) next() *Upstream {
+	if u := e.pick(); u != nil {
+		return u
+	}
+	g := e.g
+	for {
+		// Take the change channel before looking again, so that a change
+		// between the look and the wait is not missed.
+		ch := g.changeCh()
+		if u := e.pick(); u != nil {
+			return u
+		}
+		if g.waitFor <= 0 {
+			return nil
+		}
+		if e.deadline.IsZero() {
+			e.deadline = g.clock.Now().Add(g.waitFor)
+		}
+		left := e.deadline.Sub(g.clock.Now())
+		if left <= 0 {
+			return nil
+		}
+		t := g.clock.NewTimer(left)
+		select {
+		case <-ch:
+			t.Stop()
+		case <-t.C():
+			return nil
+		case <-e.r.Context().Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// pick chooses among the eligible backends (of the requested pool, if any)
+// not yet tried, and counts the request in flight on the chosen one. If all
+// eligible backends are passively ejected it chooses among those rather than
+// fail (panic routing).
+func (e *exchange) pick() *Upstream {
+	g := e.g
+	for range 4 {
+		t := g.table.Load()
+		src := t.all
+		if e.pool != "" {
+			src = t.pools[e.pool]
+		}
+		now := g.clock.Now().UnixNano()
+		cands := e.candBuf[:0]
+		anyEjected := false
+		for _, u := range src {
+			if !e.eligible(u) {
+				continue
+			}
+			if u.ejected(now) {
+				anyEjected = true
+				continue
+			}
+			cands = append(cands, u)
+		}
+		if len(cands) == 0 && anyEjected {
+			for _, u := range src {
+				if e.eligible(u) {
+					cands = append(cands, u)
+				}
+			}
+		}
+		if len(cands) == 0 {
+			return nil
+		}
+		u := g.policy.Pick(cands, e.r)
+		// Count first, then check draining/removed again: SetBackends sets
+		// those flags before it returns, so a controller that then reads
+		// InFlight as 0 knows that no request can still start here.
+		u.inflight.Add(1)
+		if !u.draining.Load() && !u.removed.Load() {
+			return u
+		}
+		g.release(u)
+	}
+	return nil
+}
+
+func (e *exchange) eligible(u *Upstream) bool {
+	return !u.draining.Load() && !u.removed.Load() && u.healthy.Load() && !slices.Contains(e.tried, u)
+}
+
+// release ends a request's claim on u.
+func (g *Gateway) release(u *Upstream) {
+	if u.inflight.Add(-1) == 0 && u.removed.Load() {
+		g.reap()
+	}
+}
+
+// replayBody is one attempt's reader over the buffered request body.
+type replayBody struct{ bytes.Reader }
+
+func (*replayBody) Close() error { return nil }
+
+func newReplayBody(b []byte) *replayBody {
+	rb := &replayBody{}
+	rb.Reset(b)
+	return rb
+}
+
+// try sends one attempt to u. The attempt's context is the client's (the
+// client going away cancels it) and is also cancelled, with errBackendDown,
+// if the probe declares u dead before the response headers arrive.
+func (e *exchange) try(u *Upstream) (*attempt, error) {
+	ctx, cancel := context.WithCancelCause(e.r.Context())
+	a := &attempt{u: u, cancel: cancel}
+	stop := context.AfterFunc(u.life.Load().ctx, func() { cancel(errBackendDown) })
+
+	out := e.tmpl.WithContext(ctx)
+	out.URL = &url.URL{Scheme: "http", Host: u.address, Path: e.path, RawPath: e.rawPath, RawQuery: e.r.URL.RawQuery}
+	// The backend's own address as Host: Ollama bound to loopback refuses
+	// other Host values. The client's is in X-Forwarded-Host.
+	out.Host = u.address
+	if len(e.body) > 0 {
+		body := e.body
+		out.Body = newReplayBody(body)
+		out.GetBody = func() (io.ReadCloser, error) { return newReplayBody(body), nil }
+	}
+	u.requests.Add(1)
+	t0 := time.Now()
+	resp, err := e.g.transport.RoundTrip(out)
+	a.latency = time.Since(t0)
+	if !stop() && err == nil && errors.Is(context.Cause(ctx), errBackendDown) {
+		// Declared down just as the headers came: the body would fail.
+		_ = resp.Body.Close()
+		resp, err = nil, errBackendDown
+	}
+	if err != nil && errors.Is(context.Cause(ctx), errBackendDown) {
+		err = errBackendDown
+	}
+	a.resp = resp
+	return a, err
+}
+
+// discard drops a held 502/503 answer that will not be sent.
+func (a *attempt) discard(g *Gateway) {
+	_ = a.resp.Body.Close()
+	a.cancel(nil)
+	g.release(a.u)
+}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// commit sends a's response to the client. Streams (no Content-Length, or
+// Server-Sent Events) are flushed after every read, so each NDJSON line or
+// SSE event reaches the client as soon as the backend sent it. If the
+// backend fails mid-body, the client connection is aborted so the client
+// does not take the truncated body for a complete one.
+func (e *exchange) commit(a *attempt) {
+	g, u, resp := e.g, a.u, a.resp
+	defer func() {
+		_ = resp.Body.Close()
+		g.metrics.request(u.pool, u.id, resp.StatusCode, time.Since(e.start))
+		a.cancel(nil)
+		g.release(u) // after the metrics: see reapLocked
+	}()
+
+	removeHopHeaders(resp.Header)
+	h := e.w.Header()
+	for k, vv := range resp.Header {
+		h[k] = vv
+	}
+	h[BackendHeader] = []string{u.id}
+	if n := len(resp.Trailer); n > 0 {
+		keys := make([]string, 0, n)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		h["Trailer"] = []string{strings.Join(keys, ", ")}
+	}
+	announced := len(resp.Trailer)
+	e.w.WriteHeader(resp.StatusCode)
+
+	var rc *http.ResponseController
+	if resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		rc = http.NewResponseController(e.w)
+		_ = rc.Flush() // the client sees the status now, before the first token
+	}
+	bufp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bufp)
+	buf := *bufp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := e.w.Write(buf[:n]); werr != nil {
+				return // the client went away; not the backend's fault
+			}
+			if rc != nil {
+				if rc.Flush() != nil {
+					return
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if e.r.Context().Err() != nil {
+				return // the client went away, which cancelled the read
+			}
+			g.recordFailure(u, "mid-stream: "+rerr.Error(), false)
+			g.metrics.aborted()
+			g.log.Warn("gateway: backend failed mid-response", "backend", u.id, "pool", u.pool, "err", rerr)
+			panic(http.ErrAbortHandler)
+		}
+	}
+	for k, vv := range resp.Trailer {
+		if len(resp.Trailer) != announced {
+			k = http.TrailerPrefix + k
+		}
+		h[k] = vv
+	}
+}
+
+// fail answers the client with a gateway error as JSON {"error": msg}.
+func (g *Gateway) fail(w http.ResponseWriter, start time.Time, code int, msg string) {
+	body, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if code == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+	g.metrics.request(noBackend, noBackend, code, time.Since(start))
+}

@@ -1,0 +1,258 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tidegpu/tidegpu/internal/provider"
+)
+
+// Adopt takes over what an earlier run, killed without Close, left in the
+// state file. Each entry whose pid is alive with the recorded start time is
+// passed to keep: if keep returns true (or keep is nil) the process is
+// adopted (listed, watched through a pidfd, and Terminate and Reclaim work
+// on it); otherwise it is stopped (SIGTERM to its group, SIGKILL after
+// StopGrace) and waited for; it stays in the state file until it is gone.
+// Entries whose process is gone, or whose pid now
+// names another process, are dropped without any signal. Adopt rewrites the
+// state file with the adopted instances.
+//
+// Adopt must be called at most once, before the first Launch. An unreadable
+// or invalid state file is an error (naming the file) and nothing is
+// signalled.
+func (p *Provider) Adopt(ctx context.Context, keep func(provider.Instance) bool) (adopted, stopped []provider.Instance, err error) {
+	p.launchMu.Lock()
+	defer p.launchMu.Unlock()
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		err = fmt.Errorf("local: adopt: %w", ErrClosed)
+	case p.launched:
+		err = errors.New("local: adopt must be called before the first Launch")
+	case p.adopted:
+		err = errors.New("local: adopt was already called")
+	}
+	p.adopted = true
+	p.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+
+	entries, err := readStateFile(p.statePath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("local: adopt: state file %s: %w (move it away to start afresh; the processes it lists are then left alone)", p.statePath, err)
+	}
+
+	var keepers, stoppers []*candidate
+	for _, e := range entries {
+		c, why := p.claim(e)
+		if c == nil {
+			p.log.Info("dropping instance of an earlier run", "id", e.ID, "pid", e.PID, "reason", why)
+			continue
+		}
+		if keep == nil || keep(cloneInstance(c.inst)) {
+			keepers = append(keepers, c)
+		} else {
+			stoppers = append(stoppers, c)
+		}
+	}
+
+	p.mu.Lock()
+	for _, c := range stoppers {
+		p.stopping[c.entry.ID] = c.entry
+	}
+	for _, c := range keepers {
+		pr := &proc{
+			inst:      c.inst,
+			pid:       c.entry.PID,
+			pgid:      c.pgid,
+			startTime: c.entry.StartTime,
+			port:      c.entry.Port,
+			command:   c.entry.Command,
+			done:      make(chan struct{}),
+		}
+		p.procs[pr.inst.ID] = pr
+		p.watchers.Add(1)
+		go p.watchAdopted(pr, c.pidfd)
+		adopted = append(adopted, cloneInstance(pr.inst))
+		p.log.Info("adopted instance", "id", pr.inst.ID, "pool", pr.inst.Pool, "pid", pr.pid, "address", pr.inst.Address)
+	}
+	p.writeStateLocked()
+	p.mu.Unlock()
+
+	errs := make([]error, len(stoppers))
+	var wg sync.WaitGroup
+	for i, c := range stoppers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.stopForeign(ctx, c)
+			if errs[i] == nil {
+				p.mu.Lock()
+				delete(p.stopping, c.entry.ID)
+				p.writeStateLocked()
+				p.mu.Unlock()
+			}
+		}()
+		stopped = append(stopped, cloneInstance(c.inst))
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return adopted, stopped, fmt.Errorf("local: adopt: stopping instances of an earlier run: %w", err)
+	}
+	return adopted, stopped, nil
+}
+
+// candidate is a state entry whose process is still there.
+type candidate struct {
+	entry stateEntry
+	inst  provider.Instance
+	pgid  int
+	pidfd int // -1: poll instead
+}
+
+// claim checks that e's process still runs (same pid and start time) and
+// opens a pidfd on it. It returns nil and the reason when it does not.
+func (p *Provider) claim(e stateEntry) (*candidate, string) {
+	st, err := readStat(e.PID)
+	switch {
+	case err != nil:
+		return nil, "not running"
+	case st.State == 'Z' || st.State == 'X':
+		return nil, "exited"
+	case st.StartTime != e.StartTime:
+		return nil, "pid now names another process (start time differs)"
+	case e.PID == os.Getpid():
+		return nil, "pid is this process"
+	case st.PGRP == syscall.Getpgrp():
+		return nil, "in this process's group"
+	}
+	pidfd := -1
+	if !p.noPidfd {
+		if pidfd, err = pidfdOpen(e.PID); err != nil {
+			return nil, "not running"
+		}
+	}
+	// Checked again now that the pidfd pins the process: if the pid still
+	// has the start time, the pidfd refers to the recorded process.
+	if !sameProcess(e.PID, e.StartTime) {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		return nil, "exited"
+	}
+	return &candidate{entry: e, inst: instanceFromEntry(e), pgid: st.PGRP, pidfd: pidfd}, ""
+}
+
+// instanceFromEntry rebuilds the Instance of a state entry.
+func instanceFromEntry(e stateEntry) provider.Instance {
+	host, _, _ := net.SplitHostPort(e.Address)
+	inst := provider.Instance{
+		ID:           e.ID,
+		Pool:         e.Pool,
+		Zone:         Zone,
+		InstanceType: e.InstanceType,
+		Market:       e.Market,
+		State:        provider.StateRunning,
+		PrivateIP:    host,
+		PublicIP:     host,
+		Address:      e.Address,
+		LaunchedAt:   e.LaunchedAt,
+	}
+	if inst.InstanceType == "" {
+		inst.InstanceType = DefaultInstanceType
+	}
+	if inst.Market == "" {
+		inst.Market = provider.MarketSpot
+	}
+	return inst
+}
+
+// watchAdopted reports the exit of an adopted process. It owns pidfd.
+func (p *Provider) watchAdopted(pr *proc, pidfd int) {
+	defer p.watchers.Done()
+	exited := p.waitGone(pr.pid, pr.startTime, pidfd)
+	if pidfd >= 0 {
+		unix.Close(pidfd)
+	}
+	if exited {
+		p.gone(pr, statusAdopted)
+	}
+}
+
+// stopForeign stops a process of an earlier run that is not adopted:
+// SIGTERM to its group, SIGKILL after the grace period, and waits for it.
+func (p *Provider) stopForeign(ctx context.Context, c *candidate) error {
+	pid, start := c.entry.PID, c.entry.StartTime
+	gone := make(chan struct{})
+	p.watchers.Add(1)
+	go func() {
+		defer p.watchers.Done()
+		defer close(gone)
+		p.waitGone(pid, start, c.pidfd)
+		if c.pidfd >= 0 {
+			unix.Close(c.pidfd)
+		}
+	}()
+	signal := func(sig syscall.Signal) {
+		if !sameProcess(pid, start) {
+			return
+		}
+		if err := kill(pid, c.pgid, sig); err != nil {
+			p.log.Warn("signalling instance of an earlier run", "id", c.entry.ID, "pid", pid, "signal", sig, "err", err)
+		}
+	}
+	p.log.Info("stopping instance of an earlier run", "id", c.entry.ID, "pool", c.entry.Pool, "pid", pid)
+	signal(unix.SIGTERM)
+	t := time.NewTimer(p.grace)
+	defer t.Stop()
+	select {
+	case <-gone:
+		return nil
+	case <-ctx.Done():
+		signal(unix.SIGKILL)
+		return fmt.Errorf("%s (pid %d): %w", c.entry.ID, pid, ctx.Err())
+	case <-t.C:
+	}
+	p.log.Info("instance outlived its stop grace; killing it", "id", c.entry.ID, "pid", pid, "grace", p.grace)
+	signal(unix.SIGKILL)
+	select {
+	case <-gone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s (pid %d): %w", c.entry.ID, pid, ctx.Err())
+	}
+}
+
+// waitGone blocks until the process (pid, startTime) is gone (true) or
+// watching stops (false). With a pidfd it sleeps in poll; without one it
+// checks the pid every pollInterval.
+func (p *Provider) waitGone(pid int, startTime uint64, pidfd int) bool {
+	if pidfd >= 0 {
+		exited, err := waitPidfd(pidfd, p.stopR)
+		if err == nil {
+			return exited
+		}
+		p.log.Warn("poll on pidfd failed; polling the pid instead", "pid", pid, "err", err)
+	}
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		if !sameProcess(pid, startTime) {
+			return true
+		}
+		select {
+		case <-t.C:
+		case <-p.unwatch:
+			return false
+		}
+	}
+}

@@ -1,0 +1,170 @@
+// Package provider defines the seam between the pool engine and whatever
+// runs instances: a cloud (AWS EC2, Tencent CVM), the spot-market simulator,
+// or OS processes on this machine. Only implementations of Provider know a
+// cloud; the engine sees instances as plain data.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+)
+
+// Market is the purchasing option of an instance.
+type Market string
+
+// Markets.
+const (
+	MarketSpot     Market = "spot"
+	MarketOnDemand Market = "on-demand"
+)
+
+// MarketFor maps the seed's instanceChargeType to a Market (spot unless the
+// charge type says on-demand).
+func MarketFor(chargeType string) Market {
+	if chargeType == tidev1.ChargeOnDemand {
+		return MarketOnDemand
+	}
+	return MarketSpot
+}
+
+// State is the provider-side lifecycle state of an instance. Whether its
+// inference server answers is the engine's business (readiness probes), not
+// the provider's.
+type State string
+
+// States. Pending and Running count as "running" for the pool's watermarks,
+// like the seed's RUNNING, PENDING and STARTING.
+const (
+	// StatePending: accepted by the provider, not yet running.
+	StatePending State = "Pending"
+	// StateRunning: running; Address is set once known.
+	StateRunning State = "Running"
+	// StateTerminating: termination requested, not yet gone.
+	StateTerminating State = "Terminating"
+)
+
+// Instance is one instance as a provider reports it.
+type Instance struct {
+	// ID is unique within the provider.
+	ID string `json:"id"`
+	// Pool is the name of the pool that owns the instance (from the
+	// provider's ownership tags).
+	Pool string `json:"pool"`
+	// Zone, InstanceType and Market describe the offering it runs on.
+	Zone         string `json:"zone,omitempty"`
+	InstanceType string `json:"instanceType,omitempty"`
+	Market       Market `json:"market,omitempty"`
+	// State is the provider-side lifecycle state.
+	State State `json:"state"`
+	// PrivateIP and PublicIP as the provider reports them.
+	PrivateIP string `json:"privateIP,omitempty"`
+	PublicIP  string `json:"publicIP,omitempty"`
+	// Address is host:port of the inference server, empty until known.
+	Address string `json:"address,omitempty"`
+	// LaunchedAt is when the launch was accepted.
+	LaunchedAt time.Time `json:"launchedAt"`
+	// InterruptAt is set when the provider announced it will reclaim the
+	// instance at that time (a spot interruption notice).
+	InterruptAt *time.Time `json:"interruptAt,omitempty"`
+}
+
+// LaunchRequest asks for one instance for a pool.
+type LaunchRequest struct {
+	// Pool names the owning pool; providers tag the instance with it.
+	Pool string
+	// Spec is the pool's spec (instance type, image, network, local command).
+	Spec *tidev1.TidePoolSpec
+	// Token makes the launch idempotent: a provider that sees the same
+	// token twice returns the first instance instead of making a second.
+	Token string
+	// Zone, InstanceType and Market choose the offering; empty means the
+	// spec's own.
+	Zone         string
+	InstanceType string
+	Market       Market
+}
+
+// Provider launches, lists and terminates instances.
+type Provider interface {
+	// Name is the provider's name as written in TidePoolSpec.Provider.
+	Name() string
+	// Launch starts one instance and returns it as accepted (usually
+	// Pending). It must not block until the instance serves.
+	Launch(ctx context.Context, req LaunchRequest) (Instance, error)
+	// Terminate asks for the instance to go away. Terminating an instance
+	// that is already gone is not an error.
+	Terminate(ctx context.Context, id string) error
+	// List returns the live instances owned by pool ("" for every pool).
+	List(ctx context.Context, pool string) ([]Instance, error)
+}
+
+// EventType names what happened to an instance.
+type EventType string
+
+// Event types a provider reports.
+const (
+	// EventChanged: the instance changed state or address.
+	EventChanged EventType = "Changed"
+	// EventGone: the instance vanished (exited, killed, reclaimed).
+	EventGone EventType = "Gone"
+	// EventInterruption: the provider announced a reclaim (InterruptAt set).
+	EventInterruption EventType = "Interruption"
+)
+
+// Event is a change a provider observed on its own, so that the engine can
+// react at once instead of waiting for its next look.
+type Event struct {
+	Type     EventType
+	Instance Instance
+	Message  string
+}
+
+// EventSource is implemented by providers that report changes as they happen.
+type EventSource interface {
+	// Events delivers instance events until the provider is closed.
+	Events() <-chan Event
+}
+
+// Reclaimer is implemented by simulated providers (local, sim) to play the
+// cloud's part in a spot reclaim: with notice > 0 an EventInterruption is
+// reported at once and the instance is killed when the notice runs out; with
+// 0 it is killed at once.
+type Reclaimer interface {
+	Reclaim(ctx context.Context, id string, notice time.Duration) error
+}
+
+// InsufficientCapacityError says an offering has no capacity now.
+type InsufficientCapacityError struct {
+	Zone, InstanceType string
+	Market             Market
+	Err                error
+}
+
+func (e *InsufficientCapacityError) Error() string {
+	return fmt.Sprintf("insufficient %s capacity for %s in %s: %v", e.Market, e.InstanceType, e.Zone, e.Err)
+}
+
+func (e *InsufficientCapacityError) Unwrap() error { return e.Err }
+
+// IsInsufficientCapacity reports whether err is or wraps an InsufficientCapacityError.
+func IsInsufficientCapacity(err error) bool {
+	var ice *InsufficientCapacityError
+	return errors.As(err, &ice)
+}
+
+// ThrottledError says the provider's API refused the call for its rate.
+type ThrottledError struct{ Err error }
+
+func (e *ThrottledError) Error() string { return fmt.Sprintf("throttled: %v", e.Err) }
+
+func (e *ThrottledError) Unwrap() error { return e.Err }
+
+// IsThrottled reports whether err is or wraps a ThrottledError.
+func IsThrottled(err error) bool {
+	var te *ThrottledError
+	return errors.As(err, &te)
+}

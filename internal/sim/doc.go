@@ -1,0 +1,44 @@
+// Package sim is an inference backend simulator that speaks the Ollama and
+// OpenAI HTTP APIs.
+//
+// A [Server] behaves like one GPU serving one or more language models: every
+// request waits in a FIFO queue for one of Config.MaxBatch batch slots, spends
+// a prefill delay (time to first token) and then emits deterministic words at
+// a per-token pace that slows down as more sequences decode at once. The
+// latency math is a pure function of the configuration and the number of
+// running sequences; serving uses real wall time, so real clients (the
+// official Ollama and OpenAI SDKs, load generators, a gateway in front of a
+// pool of simulators) see realistic streaming behaviour.
+//
+// Served endpoints:
+//
+//	GET  /                      "Ollama is running"
+//	POST /api/chat              Ollama chat (NDJSON streaming by default)
+//	POST /api/generate          Ollama generate (NDJSON streaming by default)
+//	GET  /api/tags              Ollama model list
+//	GET  /api/ps                Ollama running models
+//	GET  /api/version           Ollama version
+//	POST /v1/chat/completions   OpenAI chat completions (SSE when stream=true)
+//	POST /v1/completions        OpenAI legacy completions (SSE when stream=true)
+//	GET  /v1/models             OpenAI model list
+//	GET  /v1/models/{model}     OpenAI model
+//	GET  /metrics               Prometheus metrics with vLLM names
+//	GET  /healthz               readiness: 200 while serving, 503 after Close
+//
+// Answers are deterministic: a short poem cycled word by word, one word per
+// token, starting at a position derived from the prompt. Prompt tokens are
+// estimated as a quarter of the prompt's bytes (at least 1). Ollama's final
+// chunk reports total_duration (arrival to last token), load_duration (time
+// queued for a batch slot), prompt_eval_duration (prefill), eval_count and
+// eval_duration (first to last token). A client that disconnects stops its
+// generation and frees its slot or queue place at once.
+//
+// Metrics use the names and the model_name label of vLLM
+// (vllm:num_requests_running, vllm:num_requests_waiting,
+// vllm:kv_cache_usage_perc, vllm:time_to_first_token_seconds,
+// vllm:time_per_output_token_seconds, vllm:e2e_request_latency_seconds,
+// vllm:request_queue_time_seconds, vllm:prompt_tokens_total,
+// vllm:generation_tokens_total, vllm:request_success_total) plus
+// tidegpu_sim_gpu_utilization and tidegpu_sim_info{instance_id}. They live in
+// a registry of their own, so several simulators can run in one process.
+package sim
