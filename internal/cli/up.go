@@ -81,4 +81,3 @@ func defaultStateDir() string {
 	}
 	return filepath.Join(os.TempDir(), "tidegpu-state")
 }
-
