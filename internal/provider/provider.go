@@ -168,3 +168,33 @@ func IsThrottled(err error) bool {
 	var te *ThrottledError
 	return errors.As(err, &te)
 }
+
+// Price sources, so that every price shown says where it came from.
+const (
+	PriceCatalog  = "catalog"  // the embedded offline table
+	PriceLive     = "live"     // the provider's price API, just now
+	PriceOverride = "override" // the pool's own setting
+	PriceFallback = "fallback" // no spot price known: the on-demand price stands in
+)
+
+// Offering is one way to run an instance: type x zone x market, with its
+// price per hour and whether capacity is there now. Spot is data, not a
+// method: placement picks among offerings.
+type Offering struct {
+	InstanceType string `json:"instanceType"`
+	Zone         string `json:"zone"`
+	Market       Market `json:"market"`
+	// PricePerHour in Currency; 0 when unknown.
+	PricePerHour float64 `json:"pricePerHour"`
+	Currency     string  `json:"currency,omitempty"`
+	// PriceSource is one of the Price* constants.
+	PriceSource string `json:"priceSource,omitempty"`
+	// Available is false while the provider reports no capacity.
+	Available bool `json:"available"`
+}
+
+// OfferingSource is implemented by providers that can list offerings for a
+// pool's spec (instance types x zones x markets) with live prices.
+type OfferingSource interface {
+	Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]Offering, error)
+}
