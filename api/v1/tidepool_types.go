@@ -31,10 +31,13 @@ type TidePoolSpec struct {
 	// Provider selects the cloud provider adapter. Unset means tencent, so the
 	// seed's manifest means what it meant; `tidegpu up` defaults to local.
 	// +kubebuilder:validation:Enum=tencent;aws;local;sim
+	// +kubebuilder:default=tencent
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable: create a new TidePool to move to another provider"
 	// +optional
 	Provider string `json:"provider,omitempty"`
 
 	// Region is the cloud region (for example ap-singapore or us-east-1).
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.region is immutable: create a new TidePool in the other region"
 	// +optional
 	Region string `json:"region,omitempty"`
 
@@ -106,6 +109,11 @@ type TidePoolSpec struct {
 	// +optional
 	SecretKey *string `json:"secretKey,omitempty"`
 
+	// Kong configures the Kong gateway the pool's targets are kept in. Set
+	// either this or KongGatewayIP (the seed's field) to use Kong.
+	// +optional
+	Kong *KongSpec `json:"kong,omitempty"`
+
 	// Serving describes how the inference server on each instance is reached.
 	// +optional
 	Serving ServingSpec `json:"serving,omitempty"`
@@ -127,6 +135,51 @@ type SecretReference struct {
 	// Name of the Secret.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+}
+
+// SecretKeyReference names one key of a Secret in the pool's namespace.
+type SecretKeyReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Key in the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// KongSpec says how to reach Kong's Admin API and which entities the pool
+// owns there. Every name defaults to the seed's.
+type KongSpec struct {
+	// AdminURL is the Admin API, for example https://kong-admin:8444.
+	// Default http://KONG_GATEWAY_IP:8001.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +optional
+	AdminURL string `json:"adminURL,omitempty"`
+	// TokenSecretRef holds the admin token (sent as Kong-Admin-Token).
+	// +optional
+	TokenSecretRef *SecretKeyReference `json:"tokenSecretRef,omitempty"`
+	// TLSSecretRef holds ca.crt and, for mTLS, tls.crt and tls.key.
+	// +optional
+	TLSSecretRef *SecretReference `json:"tlsSecretRef,omitempty"`
+	// Upstream name; default llama2-YiFlow-upstream.
+	// +optional
+	Upstream string `json:"upstream,omitempty"`
+	// Service name; default ai-YiFlow-proxy.
+	// +optional
+	Service string `json:"service,omitempty"`
+	// ServicePath is the path the service forwards to; default /api/chat.
+	// +optional
+	ServicePath string `json:"servicePath,omitempty"`
+	// Route name; default ollama-chat.
+	// +optional
+	Route string `json:"route,omitempty"`
+	// RoutePaths of the route; default ["~/ollama-chat$"].
+	// +optional
+	RoutePaths []string `json:"routePaths,omitempty"`
+	// ActiveHealthCheckPath turns on Kong's active health checks on this
+	// path; passive checks are always on.
+	// +optional
+	ActiveHealthCheckPath string `json:"activeHealthCheckPath,omitempty"`
 }
 
 // ServingSpec describes the inference endpoint on each instance.
@@ -222,8 +275,10 @@ type TidePoolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Desired is the number of serving instances wanted.
+	// +optional
 	Desired int32 `json:"desired"`
 	// Ready is the number of instances serving traffic.
+	// +optional
 	Ready int32 `json:"ready"`
 	// Spot is the number of live instances on the spot market.
 	// +optional

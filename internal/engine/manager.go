@@ -29,8 +29,11 @@ type Options struct {
 	Recorder *events.Recorder
 	// Clock is injected for tests; default real.
 	Clock clock.WithTicker
-	// Registry receives the engine's metrics; nil for none.
+	// Registry receives the engine's metrics; nil for none. Ignored when
+	// Metrics is set.
 	Registry prometheus.Registerer
+	// Metrics shares one set of series between Managers.
+	Metrics *Metrics
 	// Resync is the safety-net period between rounds with no event; default 30s.
 	Resync time.Duration
 	// Logger; default slog.Default().
@@ -68,12 +71,15 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(opts.Registry)
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DisableKeepAlives = true
 	return &Manager{
 		deps: &deps{
 			provider: opts.Provider, registrar: opts.Registrar, recorder: opts.Recorder,
-			clock: opts.Clock, metrics: newMetrics(opts.Registry), logger: opts.Logger,
+			clock: opts.Clock, metrics: opts.Metrics, logger: opts.Logger,
 			resync: opts.Resync, client: &http.Client{Transport: tr},
 		},
 		pools:  map[string]*Pool{},

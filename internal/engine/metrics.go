@@ -2,8 +2,9 @@ package engine
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are the engine's own Prometheus series, labelled by pool.
-type metrics struct {
+// Metrics are the engine's own Prometheus series, labelled by pool. One
+// Metrics serves every Manager that registers with the same registry.
+type Metrics struct {
 	desired           *prometheus.GaugeVec
 	ready             *prometheus.GaugeVec
 	launches          *prometheus.CounterVec
@@ -16,8 +17,10 @@ type metrics struct {
 	reconcileErrors   *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics creates the engine's series and registers them with reg (nil
+// for none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidegpu_pool_desired_instances",
 			Help: "Serving instances the pool wants."}, []string{"pool"}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidegpu_pool_ready_instances",
@@ -47,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) forget(pool string) {
+func (m *Metrics) forget(pool string) {
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.desired, m.ready, m.launches, m.launchFailures, m.terminations, m.lost, m.interruptions,
 		m.readySeconds, m.reconcileDuration, m.reconcileErrors} {

@@ -58,7 +58,7 @@ type deps struct {
 	registrar registrar.Registrar
 	recorder  *events.Recorder
 	clock     clock.WithTicker
-	metrics   *metrics
+	metrics   *Metrics
 	client    *http.Client
 	logger    *slog.Logger
 	resync    time.Duration

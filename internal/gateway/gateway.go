@@ -56,6 +56,8 @@ type Backend struct {
 type Options struct {
 	// Policy is "least-request" (the default) or "round-robin".
 	Policy string
+	// CustomPolicy, if non-nil, is used instead of the one named by Policy.
+	CustomPolicy Policy
 	// MaxRetries is how many further attempts, each on a backend not yet
 	// tried by the request, follow a failed one. 0 means DefaultMaxRetries;
 	// negative disables retries.
@@ -174,9 +176,12 @@ var emptyTable = &table{pools: map[string][]*Upstream{}, byID: map[string]*Upstr
 // New validates opts, applies defaults and returns a Gateway with no
 // backends. Its probes run until Close.
 func New(opts Options) (*Gateway, error) {
-	policy, err := NewPolicy(opts.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: Options.Policy: %w", err)
+	policy := opts.CustomPolicy
+	if policy == nil {
+		var err error
+		if policy, err = NewPolicy(opts.Policy); err != nil {
+			return nil, fmt.Errorf("gateway: Options.Policy: %w", err)
+		}
 	}
 	g := &Gateway{
 		policy:        policy,

@@ -163,6 +163,7 @@ func holdingBackend(t *testing.T, id string) (b *testBackend, entered <-chan str
 	in := make(chan struct{}, 16)
 	release = make(chan struct{})
 	b = newBackend(t, id, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		fmt.Fprintln(w, `{"done":false}`)
 		w.(http.Flusher).Flush()
@@ -666,6 +667,9 @@ func TestClientCancelCancelsBackendRequest(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	cancelled := make(chan struct{}, 1)
 	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		// Read the body first, as real servers do: net/http notices a
+		// closed connection only once the body is consumed.
+		_, _ = io.Copy(io.Discard, r.Body)
 		entered <- struct{}{}
 		<-r.Context().Done()
 		cancelled <- struct{}{}
@@ -797,6 +801,7 @@ func TestProbeDownAbandonsHungAttempt(t *testing.T) {
 			}
 			return
 		}
+		_, _ = io.Copy(io.Discard, r.Body)
 		entered <- struct{}{}
 		<-r.Context().Done() // a host that vanished: no answer, no RST
 	})
@@ -967,5 +972,39 @@ func TestHopHeaderRemoval(t *testing.T) {
 	removeHopHeaders(h)
 	if len(h) != 1 || h.Get("Content-Type") == "" {
 		t.Fatalf("left %v", h)
+	}
+}
+
+// lastPolicy always picks the last candidate.
+type lastPolicy struct{}
+
+func (lastPolicy) Pick(cands []*Upstream, _ *http.Request) *Upstream { return cands[len(cands)-1] }
+
+func TestCustomPolicy(t *testing.T) {
+	a := newBackend(t, "a", echoHandler("a"))
+	b := newBackend(t, "b", echoHandler("b"))
+	h := newHarness(t, Options{Policy: "ignored", CustomPolicy: lastPolicy{}})
+	h.g.SetBackends("p", []Backend{a.backend("p"), b.backend("p")})
+	for range 3 {
+		if _, be := h.post(t); be != "b" {
+			t.Fatalf("got %q, want b", be)
+		}
+	}
+}
+
+func TestTrailersForwarded(t *testing.T) {
+	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, `{"done":true}`)
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Checksum", "abc")
+		w.Header().Set(http.TrailerPrefix+"X-Late", "xyz")
+	})
+	h := newHarness(t, Options{})
+	h.g.SetBackends("p", []Backend{a.backend("p")})
+	resp, body := h.do(t, http.MethodPost, "/api/chat", `{}`, "Te", "trailers")
+	if body != "{\"done\":true}\n" || resp.Trailer.Get("X-Checksum") != "abc" || resp.Trailer.Get("X-Late") != "xyz" {
+		t.Fatalf("body %q trailers %v", body, resp.Trailer)
 	}
 }

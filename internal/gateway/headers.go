@@ -22,6 +22,13 @@ var hopHeaders = []string{
 	"Upgrade",
 }
 
+// Shared header values; the transport only reads outbound headers.
+var (
+	protoHTTP  = []string{"http"}
+	protoHTTPS = []string{"https"}
+	emptyValue = []string{""}
+)
+
 // removeHopHeaders deletes the hop-by-hop headers from h, including those
 // named in its Connection header.
 func removeHopHeaders(h http.Header) {
@@ -82,15 +89,14 @@ func outboundHeader(r *http.Request) http.Header {
 		h["X-Forwarded-Host"] = []string{r.Host}
 	}
 	if _, ok := h["X-Forwarded-Proto"]; !ok {
-		proto := "http"
+		h["X-Forwarded-Proto"] = protoHTTP
 		if r.TLS != nil {
-			proto = "https"
+			h["X-Forwarded-Proto"] = protoHTTPS
 		}
-		h["X-Forwarded-Proto"] = []string{proto}
 	}
 	// Do not let the transport add Go's default User-Agent.
 	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = []string{""}
+		h["User-Agent"] = emptyValue
 	}
 	return h
 }

@@ -119,27 +119,53 @@ func (g *Gateway) readBody(r *http.Request) ([]byte, int) {
 	if r.ContentLength > g.maxBody {
 		return nil, http.StatusRequestEntityTooLarge
 	}
-	if r.ContentLength > 0 {
-		buf := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, http.StatusBadRequest
-		}
-		return buf, 0
+	hint := int64(512)
+	if r.ContentLength >= 0 {
+		hint = r.ContentLength + 1 // room for the read that returns EOF
 	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
+	buf, err := readAtMost(r.Body, hint, g.maxBody)
 	switch {
+	case errors.Is(err, errTooLarge):
+		return nil, http.StatusRequestEntityTooLarge
 	case err != nil:
 		return nil, http.StatusBadRequest
-	case int64(len(buf)) > g.maxBody:
-		return nil, http.StatusRequestEntityTooLarge
 	}
 	return buf, 0
+}
+
+var errTooLarge = errors.New("body too large")
+
+// readAtMost reads rd to EOF into a buffer of initial capacity hint, failing
+// with errTooLarge past limit bytes. Reading up to EOF, not just
+// Content-Length bytes, matters: only then does net/http start watching the
+// client connection, so that a client going away cancels r.Context().
+func readAtMost(rd io.Reader, hint, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, min(hint, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			if len(buf) == 0 {
+				return nil, nil
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 func (e *exchange) serve() {
 	g := e.g
 	var (
-		held    *attempt // a 502/503 answer, sent if no other backend is left
+		held    attempt // a 502/503 answer (if held.u != nil), sent if no other backend is left
 		lastErr error
 		reason  string // of the last failure, for the retry metric
 	)
@@ -150,8 +176,8 @@ func (e *exchange) serve() {
 		}
 		if u == nil {
 			switch {
-			case held != nil:
-				e.commit(held)
+			case held.u != nil:
+				e.commit(&held)
 			case e.r.Context().Err() != nil:
 				g.metrics.request(noBackend, noBackend, statusClientClosed, time.Since(e.start))
 			case attempts == 0:
@@ -162,9 +188,9 @@ func (e *exchange) serve() {
 			}
 			return
 		}
-		if held != nil {
+		if held.u != nil {
 			held.discard(g)
-			held = nil
+			held = attempt{}
 		}
 		if attempts > 0 {
 			g.metrics.retry(reason)
@@ -183,7 +209,7 @@ func (e *exchange) serve() {
 			} else {
 				g.recordSuccess(u, a.latency)
 			}
-			e.commit(a)
+			e.commit(&a)
 			return
 		}
 		// The attempt failed before any response.
@@ -283,6 +309,9 @@ func (e *exchange) pick() *Upstream {
 			return nil
 		}
 		u := g.policy.Pick(cands, e.r)
+		if u == nil {
+			u = cands[0] // a CustomPolicy that breaks its contract
+		}
 		// Count first, then check draining/removed again: SetBackends sets
 		// those flags before it returns, so a controller that then reads
 		// InFlight as 0 knows that no request can still start here.
@@ -320,9 +349,9 @@ func newReplayBody(b []byte) *replayBody {
 // try sends one attempt to u. The attempt's context is the client's (the
 // client going away cancels it) and is also cancelled, with errBackendDown,
 // if the probe declares u dead before the response headers arrive.
-func (e *exchange) try(u *Upstream) (*attempt, error) {
+func (e *exchange) try(u *Upstream) (attempt, error) {
 	ctx, cancel := context.WithCancelCause(e.r.Context())
-	a := &attempt{u: u, cancel: cancel}
+	a := attempt{u: u, cancel: cancel}
 	stop := context.AfterFunc(u.life.Load().ctx, func() { cancel(errBackendDown) })
 
 	out := e.tmpl.WithContext(ctx)
@@ -379,7 +408,7 @@ func (e *exchange) commit(a *attempt) {
 	for k, vv := range resp.Header {
 		h[k] = vv
 	}
-	h[BackendHeader] = []string{u.id}
+	h[BackendHeader] = u.idHeader
 	if n := len(resp.Trailer); n > 0 {
 		keys := make([]string, 0, n)
 		for k := range resp.Trailer {
@@ -393,7 +422,10 @@ func (e *exchange) commit(a *attempt) {
 	var rc *http.ResponseController
 	if resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		rc = http.NewResponseController(e.w)
-		_ = rc.Flush() // the client sees the status now, before the first token
+		// The client sees the status now, before the first token.
+		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+			rc = nil // a wrapping writer that cannot flush: copy unflushed
+		}
 	}
 	bufp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bufp)

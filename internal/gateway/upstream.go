@@ -23,6 +23,9 @@ type Upstream struct {
 	id      string
 	pool    string
 	address string
+	// idHeader is the value of BackendHeader on responses from this
+	// backend, shared by all of them (net/http only reads it).
+	idHeader []string
 
 	weight   atomic.Int64
 	draining atomic.Bool
@@ -61,7 +64,7 @@ func newLife() *lifeSignal {
 }
 
 func newUpstream(id, pool, address string, weight int64, healthy bool) *Upstream {
-	u := &Upstream{id: id, pool: pool, address: address}
+	u := &Upstream{id: id, pool: pool, address: address, idHeader: []string{id}}
 	u.weight.Store(weight)
 	u.healthy.Store(healthy)
 	u.life.Store(newLife())

@@ -32,3 +32,11 @@ type InFlightReporter interface {
 	// unknown.
 	InFlight(id string) int
 }
+
+// Nop is the registrar of a gateway that follows pools on its own, such as
+// `tidegpu gateway --kubeconfig`, which watches the pools' status: there is
+// nothing to push.
+type Nop struct{}
+
+// Sync does nothing.
+func (Nop) Sync(context.Context, string, []Target) error { return nil }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -15,15 +16,28 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
-// Adopt takes over what an earlier run, killed without Close, left in the
-// state file. Each entry whose pid is alive with the recorded start time is
-// passed to keep: if keep returns true (or keep is nil) the process is
-// adopted (listed, watched through a pidfd, and Terminate and Reclaim work
-// on it); otherwise it is stopped (SIGTERM to its group, SIGKILL after
-// StopGrace) and waited for; it stays in the state file until it is gone.
-// Entries whose process is gone, or whose pid now
-// names another process, are dropped without any signal. Adopt rewrites the
-// state file with the adopted instances.
+// Adopt takes over what an earlier run, killed without Close, left behind:
+// the instances in the state file, and the instances it started but did
+// not live to write there, found by their ownership tags (a scan of /proc
+// for processes whose environment carries TIDEGPU_LOCAL_STATE_DIR=<this
+// StateDir>, like a cloud provider's garbage collection by tags).
+//
+// Each state entry whose pid is alive with the recorded start time, and
+// each tagged process leading its own group that the state file misses
+// (rebuilt from its tags: id, pool, port, host, launch time, market, type;
+// the start time from /proc/<pid>/stat), is passed to keep: if keep
+// returns true (or keep is nil) the process is adopted (listed, watched
+// through a pidfd, and Terminate and Reclaim work on it); otherwise it is
+// stopped (SIGTERM to its group, SIGKILL after StopGrace) and waited for;
+// it stays in the state file until it is gone. Entries whose process is
+// gone, or whose pid now names another process, are dropped without any
+// signal. Any other tagged process (a leftover of an instance that is not
+// adopted: a child that left its group, a member whose leader is gone, a
+// process with broken tags) is stopped the same way and waited for, but is
+// not an instance and not returned. This process, its ancestors and its
+// process group are never touched; processes whose environment cannot be
+// read (other users') are skipped. Adopt rewrites the state file with the
+// adopted instances.
 //
 // Adopt must be called at most once, before the first Launch. An unreadable
 // or invalid state file is an error (naming the file) and nothing is
@@ -51,18 +65,56 @@ func (p *Provider) Adopt(ctx context.Context, keep func(provider.Instance) bool)
 		return nil, nil, fmt.Errorf("local: adopt: state file %s: %w (move it away to start afresh; the processes it lists are then left alone)", p.statePath, err)
 	}
 
-	var keepers, stoppers []*candidate
+	var cands []*candidate
+	var claimed []stateEntry
 	for _, e := range entries {
 		c, why := p.claim(e)
 		if c == nil {
 			p.log.Info("dropping instance of an earlier run", "id", e.ID, "pid", e.PID, "reason", why)
 			continue
 		}
+		cands = append(cands, c)
+		claimed = append(claimed, e)
+	}
+
+	// Then what the state file misses. Adopt runs before any Launch of
+	// this run, so every tagged process is an earlier run's.
+	found, err := scanMarked(procRoot, p.ownerDir, newScanGuard(procRoot, os.Getpid(), syscall.Getpgrp()))
+	if err != nil {
+		p.log.Warn("cannot look for instances missing from the state file", "err", err)
+	}
+	orphans, rest := planOrphans(found, claimed)
+	for _, m := range orphans {
+		c, why := p.claim(m.Entry)
+		if c == nil {
+			p.log.Info("dropping unrecorded instance of an earlier run", "id", m.ID, "pid", m.PID, "reason", why)
+			continue
+		}
+		p.log.Info("found an instance of an earlier run missing from the state file", "id", m.ID, "pool", m.Entry.Pool, "pid", m.PID)
+		cands = append(cands, c)
+	}
+
+	var keepers, stoppers []*candidate
+	kept := map[string]bool{}
+	for _, c := range cands {
 		if keep == nil || keep(cloneInstance(c.inst)) {
 			keepers = append(keepers, c)
+			kept[c.entry.ID] = true
 		} else {
 			stoppers = append(stoppers, c)
 		}
+	}
+	var strays []*candidate
+	for _, m := range rest {
+		if m.ID != "" && kept[m.ID] {
+			continue // part of an adopted instance
+		}
+		c, _ := p.claim(stateEntry{ID: m.ID, PID: m.PID, StartTime: m.StartTime})
+		if c == nil {
+			continue // gone meanwhile
+		}
+		c.stray = true
+		strays = append(strays, c)
 	}
 
 	p.mu.Lock()
@@ -88,21 +140,24 @@ func (p *Provider) Adopt(ctx context.Context, keep func(provider.Instance) bool)
 	p.writeStateLocked()
 	p.mu.Unlock()
 
-	errs := make([]error, len(stoppers))
+	all := append(slices.Clip(stoppers), strays...)
+	errs := make([]error, len(all))
 	var wg sync.WaitGroup
-	for i, c := range stoppers {
+	for i, c := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[i] = p.stopForeign(ctx, c)
-			if errs[i] == nil {
+			if errs[i] == nil && !c.stray {
 				p.mu.Lock()
 				delete(p.stopping, c.entry.ID)
 				p.writeStateLocked()
 				p.mu.Unlock()
 			}
 		}()
-		stopped = append(stopped, cloneInstance(c.inst))
+		if !c.stray {
+			stopped = append(stopped, cloneInstance(c.inst))
+		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -111,12 +166,15 @@ func (p *Provider) Adopt(ctx context.Context, keep func(provider.Instance) bool)
 	return adopted, stopped, nil
 }
 
-// candidate is a state entry whose process is still there.
+// candidate is a state entry, or a tagged process, that is still there.
 type candidate struct {
 	entry stateEntry
 	inst  provider.Instance
 	pgid  int
 	pidfd int // -1: poll instead
+	// stray: a tagged process that is not an instance (see Adopt); only
+	// entry.ID (maybe ""), PID and StartTime are set.
+	stray bool
 }
 
 // claim checks that e's process still runs (same pid and start time) and
@@ -210,7 +268,11 @@ func (p *Provider) stopForeign(ctx context.Context, c *candidate) error {
 			p.log.Warn("signalling instance of an earlier run", "id", c.entry.ID, "pid", pid, "signal", sig, "err", err)
 		}
 	}
-	p.log.Info("stopping instance of an earlier run", "id", c.entry.ID, "pool", c.entry.Pool, "pid", pid)
+	if c.stray {
+		p.log.Info("stopping a leftover process of an earlier run's instance", "id", c.entry.ID, "pid", pid)
+	} else {
+		p.log.Info("stopping instance of an earlier run", "id", c.entry.ID, "pool", c.entry.Pool, "pid", pid)
+	}
 	signal(unix.SIGTERM)
 	t := time.NewTimer(p.grace)
 	defer t.Stop()

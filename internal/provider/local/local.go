@@ -14,6 +14,10 @@
 // processes and state.json behind, and the next run's Adopt either takes
 // them over or stops them. A pid is only trusted together with the process
 // start time recorded next to it, so a reused pid is never signalled.
+// Every instance also carries ownership tags in its environment
+// (TIDEGPU_LOCAL_STATE_DIR=<StateDir>, its id, pool, port, ...), the way a
+// cloud instance carries tags, so that Adopt finds, by scanning /proc, the
+// instances a run started but did not live to write into state.json.
 //
 // Exits are seen at once: children are waited for, adopted processes are
 // watched through a pidfd (or polled where pidfds are unavailable), and each
@@ -117,6 +121,10 @@ type Provider struct {
 	clock                       clock.Clock
 	log                         *slog.Logger
 
+	// ownerDir is the canonical StateDir (symlinks resolved): the value of
+	// the ownership marker envStateDir in every instance's environment.
+	ownerDir string
+
 	lockFile *os.File
 	events   *eventQueue
 
@@ -130,6 +138,11 @@ type Provider struct {
 
 	// noPidfd forces the fallback that polls /proc/<pid>/stat (tests).
 	noPidfd bool
+	// crashAfterStart, if set and true for an instance id, makes Launch
+	// play a kill -9 of this process right after the child started and
+	// before anything records it: Launch returns errSimulatedCrash and
+	// forgets the child (tests only; the test then calls Detach).
+	crashAfterStart func(id string) bool
 
 	// launchMu serializes Launch, Adopt, Close and Detach.
 	launchMu sync.Mutex
@@ -208,6 +221,12 @@ func New(opts Options) (*Provider, error) {
 
 	if err := os.MkdirAll(p.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("local: state dir %s: %w", dir, err)
+	}
+	// The marker must name the directory the same way in every run that
+	// shares its lock and state file, whatever path led there.
+	p.ownerDir = dir
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		p.ownerDir = real
 	}
 	if p.lockFile, err = lockDir(dir); err != nil {
 		return nil, err
@@ -329,7 +348,9 @@ func (p *Provider) Launch(ctx context.Context, req provider.LaunchRequest) (prov
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("local: launch %s: %w", id, err)
 	}
-	env, err := buildEnv(os.Environ(), local.Env, vars)
+	launchedAt := p.clock.Now()
+	tags := ownerTags{StateDir: p.ownerDir, LaunchedAt: launchedAt, Market: market, InstanceType: itype}
+	env, err := buildEnv(os.Environ(), local.Env, vars, tags)
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("local: launch %s: %w", id, err)
 	}
@@ -349,10 +370,24 @@ func (p *Provider) Launch(ctx context.Context, req provider.LaunchRequest) (prov
 		os.Remove(logPath)
 		return provider.Instance{}, fmt.Errorf("local: launch %s: starting command %q: %w", id, argv[0], err)
 	}
+	// From here until writeStateLocked below, only the child's environment
+	// says it is ours: a kill -9 of this process in between leaves it out
+	// of state.json, and the next run's Adopt finds it by its ownership
+	// tags (scanMarked). No intent record is written before Start: it could
+	// not hold the pid or start time yet, so the next run would have to find
+	// the process by its tags anyway, and the tags exist exactly when the
+	// process does (execve sets them), which a file written before or after
+	// Start cannot promise.
+	if p.crashAfterStart != nil && p.crashAfterStart(id) {
+		// Reaped as init reaps the orphans of a dead parent.
+		go func() { _ = cmd.Wait() }()
+		return provider.Instance{}, fmt.Errorf("local: launch %s: %w", id, errSimulatedCrash)
+	}
 	pid := cmd.Process.Pid
 	st, err := readStat(pid)
 	if err != nil {
-		// Without a start time a later run cannot adopt it; it still runs.
+		// Without a start time it stays out of state.json; a later run
+		// can still find it by its tags if /proc is readable by then.
 		p.log.Warn("reading the start time of a new instance", "id", id, "pid", pid, "err", err)
 	}
 
@@ -367,7 +402,7 @@ func (p *Provider) Launch(ctx context.Context, req provider.LaunchRequest) (prov
 			PrivateIP:    p.host,
 			PublicIP:     p.host,
 			Address:      vars.address(),
-			LaunchedAt:   p.clock.Now(),
+			LaunchedAt:   launchedAt,
 		},
 		pid:       pid,
 		pgid:      pid, // Setpgid: its own group
@@ -733,7 +768,8 @@ func (p *Provider) writeStateLocked() {
 		}
 		if err := e.validate(); err != nil {
 			// Never write what Adopt would refuse (e.g. no start time
-			// because /proc was unreadable): a crash forgets this one.
+			// because /proc was unreadable): after a crash only its
+			// tags can lead the next run to it.
 			p.log.Warn("instance left out of the state file", "id", pr.inst.ID, "err", err)
 			continue
 		}
@@ -741,7 +777,7 @@ func (p *Provider) writeStateLocked() {
 	}
 	slices.SortFunc(entries, func(a, b stateEntry) int { return strings.Compare(a.ID, b.ID) })
 	if err := writeStateFile(p.statePath, entries); err != nil {
-		p.log.Error("writing state file; a crash now would orphan instances", "path", p.statePath, "err", err)
+		p.log.Error("writing state file; after a crash the next run can find instances by their tags only", "path", p.statePath, "err", err)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 const (
 	childEnv       = "TIDEGPU_LOCAL_TEST_CHILD"
 	ignoreTermEnv  = "TIDEGPU_LOCAL_TEST_IGNORE_TERM"
+	idleEnv        = "TIDEGPU_LOCAL_TEST_IDLE" // =1: do not listen, just wait to be killed
 	testTimeout    = 10 * time.Second
 	shortStopGrace = 300 * time.Millisecond
 )
@@ -53,6 +54,10 @@ type childInfo struct {
 func runChild() {
 	if os.Getenv(ignoreTermEnv) == "1" {
 		signal.Ignore(syscall.SIGTERM)
+	}
+	if os.Getenv(idleEnv) == "1" {
+		time.Sleep(24 * time.Hour)
+		os.Exit(4)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })

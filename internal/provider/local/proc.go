@@ -19,6 +19,7 @@ const pollInterval = 200 * time.Millisecond
 // procStat is what this package needs of /proc/<pid>/stat.
 type procStat struct {
 	State     byte   // field 3: R, S, D, Z, X, ...
+	PPID      int    // field 4: parent process id
 	PGRP      int    // field 5: process group id
 	StartTime uint64 // field 22: start time in clock ticks after boot
 }
@@ -39,6 +40,10 @@ func parseStat(b []byte) (procStat, error) {
 	if len(f[0]) != 1 {
 		return procStat{}, fmt.Errorf("bad state %q", f[0])
 	}
+	ppid, err := strconv.Atoi(f[4-3])
+	if err != nil {
+		return procStat{}, fmt.Errorf("bad ppid: %w", err)
+	}
 	pgrp, err := strconv.Atoi(f[5-3])
 	if err != nil {
 		return procStat{}, fmt.Errorf("bad pgrp: %w", err)
@@ -47,12 +52,19 @@ func parseStat(b []byte) (procStat, error) {
 	if err != nil {
 		return procStat{}, fmt.Errorf("bad starttime: %w", err)
 	}
-	return procStat{State: f[0][0], PGRP: pgrp, StartTime: start}, nil
+	return procStat{State: f[0][0], PPID: ppid, PGRP: pgrp, StartTime: start}, nil
 }
 
+// procRoot is where procfs is mounted.
+const procRoot = "/proc"
+
 // readStat reads /proc/<pid>/stat.
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+func readStat(pid int) (procStat, error) { return readStatAt(procRoot, pid) }
+
+// readStatAt reads <root>/<pid>/stat (root is /proc, or a fake one in
+// tests).
+func readStatAt(root string, pid int) (procStat, error) {
+	b, err := os.ReadFile(root + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return procStat{}, err
 	}

@@ -55,12 +55,22 @@ func TestRenderCommand(t *testing.T) {
 
 func TestBuildEnv(t *testing.T) {
 	v := templateVars{Port: 9000, Host: "127.0.0.1", InstanceID: "local-00000001", Pool: "p"}
+	tags := ownerTags{
+		StateDir:     "/var/lib/tidegpu",
+		LaunchedAt:   time.Date(2026, 3, 1, 12, 0, 0, 5, time.UTC),
+		Market:       provider.MarketOnDemand,
+		InstanceType: "g5.xlarge",
+	}
 	own := []string{
 		"TIDEGPU_PORT=9000",
 		"TIDEGPU_HOST=127.0.0.1",
 		"TIDEGPU_INSTANCE_ID=local-00000001",
 		"TIDEGPU_POOL=p",
 		"OLLAMA_HOST=127.0.0.1:9000",
+		"TIDEGPU_LOCAL_STATE_DIR=/var/lib/tidegpu",
+		"TIDEGPU_LOCAL_LAUNCHED_AT=2026-03-01T12:00:00.000000005Z",
+		"TIDEGPU_LOCAL_MARKET=on-demand",
+		"TIDEGPU_LOCAL_INSTANCE_TYPE=g5.xlarge",
 	}
 	tests := []struct {
 		name        string
@@ -85,7 +95,13 @@ func TestBuildEnv(t *testing.T) {
 			name:  "own variables win over base and extra",
 			base:  []string{"TIDEGPU_PORT=1", "X=y"},
 			extra: []string{"OLLAMA_HOST=0.0.0.0:11434"},
-			want:  []string{"TIDEGPU_PORT=9000", "X=y", "OLLAMA_HOST=127.0.0.1:9000", own[1], own[2], own[3]},
+			want:  append([]string{"TIDEGPU_PORT=9000", "X=y", "OLLAMA_HOST=127.0.0.1:9000", own[1], own[2], own[3]}, own[5:]...),
+		},
+		{
+			name:  "the ownership marker cannot be forged or dropped",
+			base:  []string{"TIDEGPU_LOCAL_STATE_DIR=/elsewhere"},
+			extra: []string{"TIDEGPU_LOCAL_STATE_DIR=", "TIDEGPU_LOCAL_MARKET=spot"},
+			want:  append(append([]string{own[5], own[7]}, own[:5]...), own[6], own[8]),
 		},
 		{name: "empty value is fine", extra: []string{"EMPTY="}, want: append([]string{"EMPTY="}, own...)},
 		{name: "value with =", extra: []string{"ARGS=a=b"}, want: append([]string{"ARGS=a=b"}, own...)},
@@ -96,7 +112,7 @@ func TestBuildEnv(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := buildEnv(tc.base, tc.extra, v)
+			got, err := buildEnv(tc.base, tc.extra, v, tags)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
@@ -140,9 +156,10 @@ func TestParseStat(t *testing.T) {
 		want    procStat
 		wantErr bool
 	}{
-		{name: "plain", in: "4242 (sleep) " + rest, want: procStat{State: 'S', PGRP: 4242, StartTime: 987654}},
-		{name: "name with spaces and parens", in: "4242 (a) b (c)) " + rest, want: procStat{State: 'S', PGRP: 4242, StartTime: 987654}},
-		{name: "zombie", in: "7 (x) Z" + rest[1:], want: procStat{State: 'Z', PGRP: 4242, StartTime: 987654}},
+		{name: "plain", in: "4242 (sleep) " + rest, want: procStat{State: 'S', PPID: 1, PGRP: 4242, StartTime: 987654}},
+		{name: "name with spaces and parens", in: "4242 (a) b (c)) " + rest, want: procStat{State: 'S', PPID: 1, PGRP: 4242, StartTime: 987654}},
+		{name: "zombie", in: "7 (x) Z" + rest[1:], want: procStat{State: 'Z', PPID: 1, PGRP: 4242, StartTime: 987654}},
+		{name: "bad ppid", in: "4242 (x) S x" + rest[3:], wantErr: true},
 		{name: "no name", in: "4242 sleep " + rest, wantErr: true},
 		{name: "truncated", in: "4242 (sleep) S 1 2 3", wantErr: true},
 		{name: "bad starttime", in: "4242 (x) " + strings.Replace(rest, "987654", "-1", 1), wantErr: true},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 )
 
 // templateVars are the values an instance's command template and
@@ -57,12 +58,16 @@ func renderCommand(tmpl []string, selfExe string, v templateVars) ([]string, err
 
 // buildEnv returns base, then extra (spec.local.env), then the instance's own
 // variables (TIDEGPU_PORT, TIDEGPU_HOST, TIDEGPU_INSTANCE_ID, TIDEGPU_POOL,
-// OLLAMA_HOST). A later entry replaces an earlier one of the same name in
-// place, so the result has each name once and the instance's own variables
-// always win. Entries of extra must be NAME=VALUE.
-func buildEnv(base, extra []string, v templateVars) ([]string, error) {
-	out := make([]string, 0, len(base)+len(extra)+5)
-	index := make(map[string]int, len(base)+len(extra)+5)
+// OLLAMA_HOST) and its ownership tags (TIDEGPU_LOCAL_STATE_DIR,
+// TIDEGPU_LOCAL_LAUNCHED_AT, TIDEGPU_LOCAL_MARKET,
+// TIDEGPU_LOCAL_INSTANCE_TYPE; see envEntry, which reads them back). A later
+// entry replaces an earlier one of the same name in place, so the result has
+// each name once and the instance's own variables always win: a spec, or an
+// inherited environment, can never forge or drop the ownership marker.
+// Entries of extra must be NAME=VALUE.
+func buildEnv(base, extra []string, v templateVars, tags ownerTags) ([]string, error) {
+	out := make([]string, 0, len(base)+len(extra)+9)
+	index := make(map[string]int, len(base)+len(extra)+9)
 	set := func(kv string) {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || name == "" {
@@ -93,5 +98,9 @@ func buildEnv(base, extra []string, v templateVars) ([]string, error) {
 	set("TIDEGPU_INSTANCE_ID=" + v.InstanceID)
 	set("TIDEGPU_POOL=" + v.Pool)
 	set("OLLAMA_HOST=" + v.address())
+	set(envStateDir + "=" + tags.StateDir)
+	set(envLaunchedAt + "=" + tags.LaunchedAt.Format(time.RFC3339Nano))
+	set(envMarket + "=" + string(tags.Market))
+	set(envInstanceType + "=" + tags.InstanceType)
 	return out, nil
 }

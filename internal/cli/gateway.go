@@ -1,0 +1,347 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/gateway/kubesource"
+)
+
+// gatewayShutdownTimeout bounds the graceful shutdown of `tidegpu gateway`:
+// in-flight requests (streams included) get this long to finish.
+const gatewayShutdownTimeout = 10 * time.Second
+
+// staticPool is the pool name of the backends given with --backend.
+const staticPool = "static"
+
+// gatewayOptions are the flags of `tidegpu gateway`.
+type gatewayOptions struct {
+	backends   []string
+	kubeconfig string
+	namespace  string
+	addr       string
+	adminAddr  string
+	policy     string
+	logLevel   string
+}
+
+// backendSource publishes the gateway's backends through publish and keeps
+// them current until ctx ends, then returns nil. It returns an error if it
+// cannot go on, which stops the gateway. publish has the semantics of
+// gateway.Gateway.SetBackends (one call replaces one pool's set) and may be
+// called from any goroutine.
+//
+// The static source (--backend) publishes once. A source following pools
+// from the Kubernetes API (--kubeconfig) fits the same shape: it watches and
+// publishes each pool's ready instances as they change.
+type backendSource func(ctx context.Context, publish func(pool string, bs []gateway.Backend)) error
+
+// staticSource publishes bs as pool "static" and then holds them unchanged.
+func staticSource(bs []gateway.Backend) backendSource {
+	return func(ctx context.Context, publish func(string, []gateway.Backend)) error {
+		publish(staticPool, bs)
+		<-ctx.Done()
+		return nil
+	}
+}
+
+// NewGatewayCommand returns the `tidegpu gateway` command: the built-in
+// gateway as its own process, in front of a fixed set of backends. It serves
+// until SIGINT or SIGTERM, then shuts down gracefully, letting in-flight
+// requests finish for at most 10 seconds.
+func NewGatewayCommand() *cobra.Command {
+	o := &gatewayOptions{}
+	cmd := &cobra.Command{
+		Use:   "gateway --backend URL [--backend URL ...]",
+		Short: "Run the built-in gateway alone, in front of fixed backends",
+		Long: `Run TideGPU's built-in HTTP gateway as its own process in front of a fixed set
+of backends (Ollama, vLLM or 'tidegpu sim'), with no pool behind it: for
+benchmarks, and for users who run their inference servers themselves.
+
+Each --backend is http://host:port. The backends form the pool "static" and get
+the IDs static-0, static-1, ... in the order given; every response names the
+one that answered in its X-Tidegpu-Backend header. The gateway sends each
+request to one backend by --policy, retries requests that fail before any
+response on another backend, probes every backend with GET / each second and
+stops sending to one that does not answer. It routes /ollama-chat to the
+backend's /api/chat and passes /, /api/* and /v1/* through.
+
+--admin-addr serves Prometheus metrics at /metrics and a liveness check at
+/healthz; an empty --admin-addr turns it off.`,
+		Example: `  tidegpu gateway --backend http://127.0.0.1:11434
+  tidegpu gateway --addr 127.0.0.1:8000 --policy round-robin \
+    --backend http://10.0.0.5:11434 --backend http://10.0.0.6:11434`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runGateway(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.backends, "backend", nil, "backend base URL http://host:port; repeat for several (required)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
+	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
+	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
+	f.StringVar(&o.policy, "policy", gateway.PolicyLeastRequest, "balancing policy: "+gateway.PolicyLeastRequest+" or "+gateway.PolicyRoundRobin)
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// validate checks the flags that need no I/O.
+func (o *gatewayOptions) validate() error {
+	if _, err := gateway.NewPolicy(o.policy); err != nil {
+		return fmt.Errorf("invalid --policy %q: want %s or %s", o.policy, gateway.PolicyLeastRequest, gateway.PolicyRoundRobin)
+	}
+	if err := checkListenAddr(o.addr); err != nil {
+		return fmt.Errorf("invalid --addr %q: %v", o.addr, err)
+	}
+	if o.adminAddr != "" {
+		if err := checkListenAddr(o.adminAddr); err != nil {
+			return fmt.Errorf("invalid --admin-addr %q: %v", o.adminAddr, err)
+		}
+	}
+	return nil
+}
+
+// source returns where the gateway's backends come from. Today that is only
+// the fixed --backend list; a --kubeconfig mode would return a source
+// watching the cluster's pools here instead.
+func (o *gatewayOptions) source() (backendSource, error) {
+	if o.kubeconfig != "" || (len(o.backends) == 0 && inCluster()) {
+		if len(o.backends) > 0 {
+			return nil, errors.New("--backend and --kubeconfig exclude each other: use one source of backends")
+		}
+		return kubeSource(o.kubeconfig, o.namespace), nil
+	}
+	bs, err := staticBackends(o.backends)
+	if err != nil {
+		return nil, err
+	}
+	return staticSource(bs), nil
+}
+
+// staticBackends turns the --backend URLs into the backends static-0..N-1 of
+// pool "static".
+func staticBackends(urls []string) ([]gateway.Backend, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("no --backend given: pass at least one --backend http://host:port, or --kubeconfig to follow the pools of a cluster")
+	}
+	bs := make([]gateway.Backend, 0, len(urls))
+	seen := make(map[string]bool, len(urls))
+	for i, raw := range urls {
+		addr, err := parseBackendURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --backend %q: %v", raw, err)
+		}
+		if seen[addr] {
+			return nil, fmt.Errorf("invalid --backend %q: %s is given twice", raw, addr)
+		}
+		seen[addr] = true
+		bs = append(bs, gateway.Backend{
+			ID:      staticPool + "-" + strconv.Itoa(i),
+			Pool:    staticPool,
+			Address: addr,
+			Weight:  gateway.DefaultWeight,
+		})
+	}
+	return bs, nil
+}
+
+// parseBackendURL checks that raw is http://host:port (an optional trailing
+// "/" allowed) and returns host:port.
+func parseBackendURL(raw string) (string, error) {
+	if !strings.Contains(raw, "://") {
+		return "", errors.New("no http:// scheme: want http://host:port")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", errors.New("not a URL: want http://host:port")
+	}
+	switch {
+	case u.Scheme != "http":
+		return "", fmt.Errorf("scheme %q: want http (the gateway speaks plain HTTP to backends)", u.Scheme)
+	case u.Opaque != "" || u.Host == "":
+		return "", errors.New("no host: want http://host:port")
+	case u.User != nil:
+		return "", errors.New("user info is not supported: want http://host:port")
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.ForceQuery, u.Fragment != "":
+		return "", errors.New("want http://host:port with no path, query or fragment (the gateway keeps the client's path)")
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", errors.New("no port: want http://host:port")
+	}
+	if host == "" {
+		return "", errors.New("no host: want http://host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("port %q: want a number 1-65535", port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// checkListenAddr checks that addr is host:port with a numeric port (host
+// may be empty: all interfaces).
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: want a number 0-65535", port)
+	}
+	return nil
+}
+
+func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	logger, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	src, err := o.source()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Bind both first: a taken port fails before anything runs.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on --addr %s: %w", o.addr, err)
+	}
+	defer ln.Close()
+	var adminLn net.Listener
+	if o.adminAddr != "" {
+		adminLn, err = net.Listen("tcp", o.adminAddr)
+		if err != nil {
+			return fmt.Errorf("listen on --admin-addr %s: %w", o.adminAddr, err)
+		}
+		defer adminLn.Close()
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gw, err := gateway.New(gateway.Options{Policy: o.policy, Registry: reg, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer gw.Close()
+
+	// The source runs until srcCtx ends; its error (if it gives up) stops
+	// the gateway.
+	srcCtx, stopSrc := context.WithCancel(context.Background())
+	defer stopSrc()
+	srcDone := make(chan error, 1)
+	go func() { srcDone <- src(srcCtx, gw.SetBackends) }()
+
+	// No WriteTimeout: it would cut long generations (see package gateway).
+	srv := &http.Server{
+		Handler:           gw,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- serveHTTP(srv, ln, "gateway") }()
+	var adminSrv *http.Server
+	if adminLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		adminSrv = &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+		}
+		go func() { serveErr <- serveHTTP(adminSrv, adminLn, "admin") }()
+	}
+
+	errOut := cmd.ErrOrStderr()
+	fmt.Fprintf(errOut, "tidegpu gateway listening on %s\n", ln.Addr())
+	if adminLn != nil {
+		fmt.Fprintf(errOut, "tidegpu gateway admin (/metrics, /healthz) on %s\n", adminLn.Addr())
+	}
+	fmt.Fprintf(errOut, "tidegpu gateway: %d static backend(s), policy %s\n", len(o.backends), o.policy)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	case runErr = <-srcDone:
+		if runErr == nil {
+			runErr = errors.New("backend source stopped")
+		}
+		runErr = fmt.Errorf("backends: %w", runErr)
+	}
+	stop() // a second signal kills the process the default way
+
+	shutCtx, cancel := context.WithTimeout(context.Background(), gatewayShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		// In-flight requests did not finish in time: abort them.
+		_ = srv.Close()
+		fmt.Fprintf(errOut, "tidegpu gateway: graceful shutdown incomplete after %v: %v\n", gatewayShutdownTimeout, err)
+	}
+	stopSrc()
+	if adminSrv != nil {
+		_ = adminSrv.Shutdown(shutCtx)
+	}
+	return runErr
+}
+
+// serveHTTP serves s on ln; a normal shutdown is not an error.
+func serveHTTP(s *http.Server, ln net.Listener, what string) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("%s server: %w", what, err)
+	}
+	return nil
+}
+
+// inCluster reports whether this process runs in a Kubernetes pod.
+func inCluster() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
+
+// kubeSource follows the pools from the Kubernetes API: every TidePool's
+// Ready instances become its backends, as status changes (a watch, not a
+// poll).
+func kubeSource(kubeconfig, namespace string) backendSource {
+	return func(ctx context.Context, publish func(string, []gateway.Backend)) error {
+		cfg, err := restConfig(kubeconfig)
+		if err != nil {
+			return err
+		}
+		if err := kubesource.Run(ctx, cfg, publish, namespace, slog.Default()); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	}
+}

@@ -1,0 +1,186 @@
+package cli_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/cli"
+)
+
+func TestGatewayCommandFlagValidation(t *testing.T) {
+	const ok = "http://127.0.0.1:11434"
+	tests := []struct {
+		args []string
+		want []string // substrings of the error
+	}{
+		{nil, []string{"--backend"}},
+		{[]string{"--backend", ""}, []string{"--backend", `""`}},
+		{[]string{"--backend", "https://127.0.0.1:443"}, []string{"--backend", "https://127.0.0.1:443", "http"}},
+		{[]string{"--backend", "127.0.0.1:11434"}, []string{"--backend", "127.0.0.1:11434"}},
+		{[]string{"--backend", "localhost"}, []string{"--backend", "localhost"}},
+		{[]string{"--backend", "http://127.0.0.1"}, []string{"--backend", "http://127.0.0.1", "port"}},
+		{[]string{"--backend", "http://:11434"}, []string{"--backend", "http://:11434", "host"}},
+		{[]string{"--backend", "http://127.0.0.1:0"}, []string{"--backend", "port"}},
+		{[]string{"--backend", "http://127.0.0.1:99999"}, []string{"--backend", "99999"}},
+		{[]string{"--backend", "http://127.0.0.1:11434/api"}, []string{"--backend", "http://127.0.0.1:11434/api", "path"}},
+		{[]string{"--backend", "http://127.0.0.1:11434?x=1"}, []string{"--backend", "query"}},
+		{[]string{"--backend", "http://u:p@127.0.0.1:11434"}, []string{"--backend", "user"}},
+		{[]string{"--backend", "http://%zz:1"}, []string{"--backend", "%zz"}},
+		{[]string{"--backend", ok, "--backend", "http://127.0.0.1:11434/"}, []string{"--backend", "twice"}},
+		{[]string{"--backend", ok, "--backend", "ftp://127.0.0.1:21"}, []string{"--backend", "ftp://127.0.0.1:21"}},
+		{[]string{"--backend", ok, "--policy", "random"}, []string{"--policy", "random"}},
+		{[]string{"--backend", ok, "--addr", "nonsense"}, []string{"--addr", "nonsense"}},
+		{[]string{"--backend", ok, "--addr", "127.0.0.1:http"}, []string{"--addr"}},
+		{[]string{"--backend", ok, "--admin-addr", "nonsense"}, []string{"--admin-addr", "nonsense"}},
+		{[]string{"--backend", ok, "--log-level", "loud"}, []string{"--log-level"}},
+		{[]string{"--backend", ok, "extra"}, []string{"extra"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cmd := cli.NewGatewayCommand()
+			cmd.SetArgs(tt.args)
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			err := cmd.Execute()
+			if err == nil {
+				t.Fatalf("no error, want one naming %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// gwLines collects the lines written to the command's stderr.
+type gwLines struct {
+	mu    sync.Mutex
+	buf   string
+	lines chan string
+}
+
+func (w *gwLines) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf += string(p)
+	for {
+		line, rest, ok := strings.Cut(w.buf, "\n")
+		if !ok {
+			return len(p), nil
+		}
+		w.buf = rest
+		select {
+		case w.lines <- line:
+		default:
+		}
+	}
+}
+
+// startGateway runs `tidegpu gateway args...` on free loopback ports until
+// the returned cancel is called; it returns the gateway's and the admin
+// server's base URLs and the command's exit channel.
+func startGateway(t *testing.T, args ...string) (gwURL, adminURL string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cmd := cli.NewGatewayCommand()
+	cmd.SetArgs(append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...))
+	stderr := &gwLines{lines: make(chan string, 20)}
+	cmd.SetErr(stderr)
+	cmd.SetOut(io.Discard)
+	exit := make(chan error, 1)
+	go func() { exit <- cmd.ExecuteContext(ctx) }()
+	timeout := time.After(10 * time.Second)
+	for gwURL == "" || adminURL == "" {
+		select {
+		case line := <-stderr.lines:
+			if a, ok := strings.CutPrefix(line, "tidegpu gateway listening on "); ok {
+				gwURL = "http://" + a
+			}
+			if a, ok := strings.CutPrefix(line, "tidegpu gateway admin (/metrics, /healthz) on "); ok {
+				adminURL = "http://" + a
+			}
+		case err := <-exit:
+			t.Fatalf("gateway exited: %v", err)
+		case <-timeout:
+			t.Fatal("gateway did not start")
+		}
+	}
+	return gwURL, adminURL, cancel, exit
+}
+
+func gwGet(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func TestGatewayCommandProxiesAndStops(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"path":"`+r.URL.Path+`"}`)
+	}))
+	defer backend.Close()
+
+	gwURL, adminURL, stop, done := startGateway(t, "--backend", backend.URL, "--policy", "round-robin")
+	if !strings.HasPrefix(gwURL, "http://127.0.0.1:") || !strings.HasPrefix(adminURL, "http://127.0.0.1:") {
+		t.Errorf("listening on %s and %s, want 127.0.0.1", gwURL, adminURL)
+	}
+
+	resp, body := gwGet(t, gwURL+"/api/tags")
+	if resp.StatusCode != http.StatusOK || body != `{"path":"/api/tags"}` {
+		t.Fatalf("GET /api/tags = %d %q", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("X-Tidegpu-Backend"); got != "static-0" {
+		t.Errorf("X-Tidegpu-Backend = %q, want static-0", got)
+	}
+	resp, err := http.Post(gwURL+"/ollama-chat", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != `{"path":"/api/chat"}` {
+		t.Fatalf("POST /ollama-chat = %d %q", resp.StatusCode, b)
+	}
+
+	resp, body = gwGet(t, adminURL+"/healthz")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz = %d %q", resp.StatusCode, body)
+	}
+	resp, body = gwGet(t, adminURL+"/metrics")
+	if resp.StatusCode != http.StatusOK ||
+		!strings.Contains(body, `tidegpu_gateway_requests_total{backend="static-0",code="200",pool="static"} 2`) ||
+		!strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics = %d, lacks the gateway's request count or Go metrics:\n%s", resp.StatusCode, body)
+	}
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("gateway exited with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("gateway did not stop")
+	}
+	if _, err := http.Get(gwURL + "/api/tags"); err == nil {
+		t.Error("gateway still answers after stopping")
+	}
+}

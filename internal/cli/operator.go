@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tidegpu/tidegpu/internal/operator"
+)
+
+// NewOperatorCommand returns `tidegpu operator`.
+func NewOperatorCommand() *cobra.Command {
+	var (
+		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel string
+		leaderElect                                                                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the Kubernetes operator (TidePool and AIBalancer controllers)",
+		Long: `Run the controller manager: it reconciles TidePools (and AIBalancers), launches and
+terminates instances through the pools' providers, keeps gateways in step, and
+writes status and events. In a cluster it uses the pod's service account; outside,
+--kubeconfig (or $KUBECONFIG).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			if stateDir == "" {
+				stateDir = defaultStateDir() + "-operator"
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return operator.Run(ctx, operator.Options{
+				Config: cfg, MetricsAddr: metricsAddr, ProbeAddr: probeAddr, AdminAddr: adminAddr,
+				AdminToken: os.Getenv("TIDEGPU_ADMIN_TOKEN"), LeaderElection: leaderElect,
+				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Logger: logger,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG)")
+	f.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus metrics address (0 disables)")
+	f.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "liveness/readiness probe address (in a pod: :8081)")
+	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:9090", "admin API address (0 disables); TIDEGPU_ADMIN_TOKEN requires a token")
+	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica acts")
+	f.StringVar(&leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
+	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// restConfig loads --kubeconfig, else the in-cluster config, else $KUBECONFIG
+// or ~/.kube/config.
+func restConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	if cfg, err := rest.InClusterConfig(); err == nil {
+		return cfg, nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes config: not in a cluster and no kubeconfig found (set --kubeconfig): %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,222 @@
+package tidepool
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/engine"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/registrar"
+)
+
+// ProviderFactory builds the provider a pool's spec asks for. key names the
+// provider instance (pools with equal keys share one provider and engine);
+// creds holds the Secret's data when the spec references one.
+type ProviderFactory func(ctx context.Context, spec *tidev1.TidePoolSpec, creds map[string][]byte) (key string, p provider.Provider, err error)
+
+// Engines runs one engine.Manager per provider instance and routes pools to
+// them. It is the operator's executor: the reconciler tells it the wanted
+// pools and reads their status back.
+type Engines struct {
+	recorder  *events.Recorder
+	registrar registrar.Registrar
+	registry  prometheus.Registerer
+	clock     clock.WithTicker
+	logger    *slog.Logger
+	factory   ProviderFactory
+	// existing lists the pool keys that exist in the cluster; a provider
+	// that remembers instances (local) adopts those and stops the others.
+	existing func(ctx context.Context) (map[string]bool, error)
+
+	mu       sync.Mutex
+	ctx      context.Context
+	managers map[string]*engine.Manager // by provider key
+	poolKey  map[string]string          // pool → provider key
+	closers  []func(context.Context) error
+	wg       sync.WaitGroup
+	metrics  *engine.Metrics
+}
+
+// EnginesOptions configure Engines.
+type EnginesOptions struct {
+	Recorder  *events.Recorder
+	Registrar registrar.Registrar
+	Registry  prometheus.Registerer
+	Clock     clock.WithTicker
+	Logger    *slog.Logger
+	Factory   ProviderFactory
+	Existing  func(ctx context.Context) (map[string]bool, error)
+}
+
+// NewEngines returns Engines; Start must run before pools are applied.
+func NewEngines(o EnginesOptions) *Engines {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Engines{recorder: o.Recorder, registrar: o.Registrar, registry: o.Registry, clock: o.Clock,
+		logger: o.Logger, factory: o.Factory, existing: o.Existing,
+		managers: map[string]*engine.Manager{}, poolKey: map[string]string{},
+		metrics: engine.NewMetrics(o.Registry)}
+}
+
+// Start implements manager.Runnable: it keeps the engines running until ctx
+// ends. Instances are left running on stop (like cloud instances when a
+// controller restarts); the next start adopts them.
+func (e *Engines) Start(ctx context.Context) error {
+	e.mu.Lock()
+	e.ctx = ctx
+	e.mu.Unlock()
+	<-ctx.Done()
+	e.wg.Wait()
+	e.mu.Lock()
+	closers := e.closers
+	e.mu.Unlock()
+	for _, c := range closers {
+		_ = c(context.Background())
+	}
+	return nil
+}
+
+// NeedLeaderElection: only the leader launches and terminates instances.
+func (e *Engines) NeedLeaderElection() bool { return true }
+
+// Apply hands a pool to the engine of its provider, creating that engine
+// (and adopting what a previous run left) on first use.
+func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, creds map[string][]byte) error {
+	key, prov, err := e.factory(ctx, &tp.Spec, creds)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil {
+		return fmt.Errorf("engines not started yet")
+	}
+	if old, ok := e.poolKey[pool]; ok && old != key {
+		return fmt.Errorf("pool %s moved from provider %s to %s: providers are immutable", pool, old, key)
+	}
+	m, ok := e.managers[key]
+	if !ok {
+		if prov == nil {
+			return fmt.Errorf("no provider for %s", key)
+		}
+		if lp, isLocal := prov.(*local.Provider); isLocal {
+			if err := e.adoptLocked(ctx, lp); err != nil {
+				return err
+			}
+			e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
+		}
+		m, err = engine.NewManager(engine.Options{Provider: prov, Registrar: e.registrar, Recorder: e.recorder,
+			Clock: e.clock, Metrics: e.metrics, Logger: e.logger})
+		if err != nil {
+			return err
+		}
+		e.managers[key] = m
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			m.Run(e.ctx)
+		}()
+	}
+	e.poolKey[pool] = key
+	cp := tp.DeepCopy()
+	cp.Name = pool
+	m.Apply(cp)
+	return nil
+}
+
+func (e *Engines) adoptLocked(ctx context.Context, lp *local.Provider) error {
+	existing, err := e.existing(ctx)
+	if err != nil {
+		return fmt.Errorf("listing pools before adopting local instances: %w", err)
+	}
+	adopted, stopped, err := lp.Adopt(ctx, func(in provider.Instance) bool { return existing[in.Pool] })
+	if err != nil {
+		return fmt.Errorf("adopting local instances: %w", err)
+	}
+	for _, in := range adopted {
+		e.recorder.Eventf(events.TypeNormal, "Adopted", in.Pool, in.ID, "adopted %s at %s left by a previous run", in.ID, in.Address)
+	}
+	for _, in := range stopped {
+		e.recorder.Eventf(events.TypeNormal, "Orphan", in.Pool, in.ID, "stopped %s: its pool %s no longer exists", in.ID, in.Pool)
+	}
+	return nil
+}
+
+// Remove stops a pool: its instances are terminated and its targets removed.
+func (e *Engines) Remove(ctx context.Context, pool string) error {
+	e.mu.Lock()
+	key, ok := e.poolKey[pool]
+	m := e.managers[key]
+	e.mu.Unlock()
+	if !ok || m == nil {
+		return nil
+	}
+	if err := m.Remove(ctx, pool); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	delete(e.poolKey, pool)
+	e.mu.Unlock()
+	return nil
+}
+
+// Has reports whether the pool runs in an engine.
+func (e *Engines) Has(pool string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.poolKey[pool]
+	return ok
+}
+
+// Status returns the engine's view of a pool.
+func (e *Engines) Status(pool string) (engine.PoolView, bool) {
+	e.mu.Lock()
+	m := e.managers[e.poolKey[pool]]
+	e.mu.Unlock()
+	if m == nil {
+		return engine.PoolView{}, false
+	}
+	return m.Pool(pool)
+}
+
+// Pools lists every pool of every engine (for the admin API).
+func (e *Engines) Pools() []engine.PoolView {
+	e.mu.Lock()
+	ms := make([]*engine.Manager, 0, len(e.managers))
+	for _, m := range e.managers {
+		ms = append(ms, m)
+	}
+	e.mu.Unlock()
+	var out []engine.PoolView
+	for _, m := range ms {
+		out = append(out, m.Pools()...)
+	}
+	return out
+}
+
+// Pool returns one pool (for the admin API).
+func (e *Engines) Pool(name string) (engine.PoolView, bool) { return e.Status(name) }
+
+// Reclaim simulates a reclaim on a pool's instance (local and sim providers).
+func (e *Engines) Reclaim(ctx context.Context, pool, id string, notice time.Duration) error {
+	e.mu.Lock()
+	m := e.managers[e.poolKey[pool]]
+	e.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("pool %q: %w", pool, engine.ErrNotFound)
+	}
+	return m.Reclaim(ctx, pool, id, notice)
+}

@@ -1,0 +1,170 @@
+// Package operator assembles `tidegpu operator`: the controller-runtime
+// manager with the TidePool controller and its engines, leader election,
+// health probes, metrics, and the admin API, and the providers it can build
+// from a pool's spec.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	tidev1alpha1 "github.com/tidegpu/tidegpu/api/v1alpha1"
+	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/registrar"
+)
+
+// Scheme knows the built-in types and ours.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(tidev1.AddToScheme(s))
+	utilruntime.Must(tidev1alpha1.AddToScheme(s))
+	return s
+}
+
+// Options configure the operator.
+type Options struct {
+	Config *rest.Config
+	// MetricsAddr, ProbeAddr, AdminAddr: "0" disables; loopback by default.
+	MetricsAddr, ProbeAddr, AdminAddr string
+	AdminToken                        string
+	LeaderElection                    bool
+	LeaderElectionNamespace           string
+	// StateDir is where the local provider keeps its state and logs.
+	StateDir string
+	Logger   *slog.Logger
+}
+
+// Run runs the operator until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
+	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "tidegpu-operator.tidegpu.eja.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	rec := events.NewRecorder(5000, nil, o.Logger)
+	engines := tidepool.NewEngines(tidepool.EnginesOptions{
+		Recorder:  rec,
+		Registrar: registrar.Nop{},
+		Registry:  crmetrics.Registry,
+		Logger:    o.Logger,
+		Factory:   Factory(o.StateDir, o.Logger),
+		Existing:  existingPools(mgr.GetAPIReader()),
+	})
+	r := &tidepool.Reconciler{Client: mgr.GetClient(), Engines: engines, Recorder: rec,
+		Events: mgr.GetEventRecorder("tidegpu-operator")}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the TidePool controller: %w", err)
+	}
+	if o.AdminAddr != "" && o.AdminAddr != "0" {
+		ln, err := net.Listen("tcp", o.AdminAddr)
+		if err != nil {
+			return fmt.Errorf("--admin-addr %s: %w", o.AdminAddr, err)
+		}
+		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
+			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken})}
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			go func() {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
+	o.Logger.Info("starting tidegpu operator", "metrics", o.MetricsAddr, "probes", o.ProbeAddr, "admin", o.AdminAddr,
+		"leaderElection", o.LeaderElection)
+	return mgr.Start(ctx)
+}
+
+func existingPools(c client.Reader) func(ctx context.Context) (map[string]bool, error) {
+	return func(ctx context.Context) (map[string]bool, error) {
+		var list tidev1.TidePoolList
+		if err := c.List(ctx, &list); err != nil {
+			return nil, err
+		}
+		out := map[string]bool{}
+		for _, tp := range list.Items {
+			if tp.DeletionTimestamp.IsZero() {
+				out[tp.Namespace+"/"+tp.Name] = true
+			}
+		}
+		return out, nil
+	}
+}
+
+// Factory builds providers from a pool's spec: local processes (one
+// provider for every local pool), and the clouds as they land.
+func Factory(stateDir string, logger *slog.Logger) tidepool.ProviderFactory {
+	var (
+		mu        sync.Mutex
+		localProv *local.Provider
+	)
+	return func(ctx context.Context, spec *tidev1.TidePoolSpec, creds map[string][]byte) (string, provider.Provider, error) {
+		switch spec.Provider {
+		case tidev1.ProviderLocal:
+			mu.Lock()
+			defer mu.Unlock()
+			if localProv == nil {
+				if err := os.MkdirAll(stateDir, 0o755); err != nil {
+					return "", nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
+				}
+				p, err := local.New(local.Options{StateDir: stateDir, Logger: logger})
+				if err != nil {
+					return "", nil, err
+				}
+				localProv = p
+			}
+			return "local", localProv, nil
+		default:
+			return "", nil, fmt.Errorf("spec.provider %q: not available in this build yet (local works today; aws, tencent and sim are being added)", spec.Provider)
+		}
+	}
+}

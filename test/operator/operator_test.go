@@ -1,0 +1,498 @@
+// Package operator_test runs `tidegpu operator` and `tidegpu gateway
+// --kubeconfig` as real processes against a real kube-apiserver and etcd
+// (envtest), with local-provider pools whose instances are real processes.
+package operator_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/operator"
+	"github.com/tidegpu/tidegpu/test/testbin"
+)
+
+var (
+	binary     string
+	kubeconfig string
+	k8s        client.Client
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("operator tests: skipped in -short mode")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	assets, err := testbin.EnvtestAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	bin, cleanup, err := testbin.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
+	binary = bin
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join(testbin.RepoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	start := time.Now()
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer env.Stop()
+	fmt.Printf("envtest: kube-apiserver and etcd up in %s\n", time.Since(start).Round(time.Millisecond))
+	user, err := env.AddUser(envtest.User{Name: "tidegpu-test", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, _ := os.MkdirTemp("", "tidegpu-kubeconfig")
+	defer os.RemoveAll(dir)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// proc is a tidegpu process run by a test.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	out    *testbin.SyncBuffer
+	exited chan struct{}
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	out := &testbin.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("%s output:\n%s", args[0], out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startOperator runs `tidegpu operator` with its local instances' state in
+// stateDir.
+func startOperator(t *testing.T, stateDir string) *proc {
+	return startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", stateDir,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", freeAddr(t), "--admin-addr", "0", "--log-level", "info")
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	d, ok := testbin.Eventually(timeout, cond)
+	if !ok {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+	return d
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tp-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func localPool(ns, name string, min int32) *tidev1.TidePool {
+	return &tidev1.TidePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: tidev1.TidePoolSpec{Provider: tidev1.ProviderLocal, Minimum: min, Maximum: min + 2,
+			Serving: tidev1.ServingSpec{ReadinessPath: "/healthz"}},
+	}
+}
+
+func getPool(t *testing.T, nn types.NamespacedName) (*tidev1.TidePool, bool) {
+	var tp tidev1.TidePool
+	if err := k8s.Get(context.Background(), nn, &tp); err != nil {
+		if !apierrors.IsNotFound(err) {
+			t.Logf("get %s: %v", nn, err)
+		}
+		return nil, false
+	}
+	return &tp, true
+}
+
+func readyIDs(tp *tidev1.TidePool) []string {
+	var ids []string
+	for _, in := range tp.Status.Instances {
+		if in.Phase == tidev1.PhaseReady {
+			ids = append(ids, in.ID)
+		}
+	}
+	return ids
+}
+
+func statePIDs(t *testing.T, dir string) map[string]int {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return map[string]int{}
+	}
+	var st struct {
+		Instances []struct {
+			ID  string `json:"id"`
+			PID int    `json:"pid"`
+		} `json:"instances"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("state.json: %v", err)
+	}
+	out := map[string]int{}
+	for _, in := range st.Instances {
+		out[in.ID] = in.PID
+	}
+	return out
+}
+
+func hasEvent(t *testing.T, ns, reason, note string) bool {
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		return false
+	}
+	for _, e := range list.Items {
+		if e.Reason == reason && strings.Contains(e.Note, note) {
+			return true
+		}
+	}
+	return false
+}
+
+// Invalid TidePools are refused by the API server with a message that says
+// what is wrong.
+func TestInvalidTidePoolsRefused(t *testing.T) {
+	ns := namespace(t)
+	secret := "hunter2"
+	cases := []struct {
+		name   string
+		mutate func(*tidev1.TidePool)
+		want   string
+	}{
+		{"minimum above maximum", func(p *tidev1.TidePool) { p.Spec.Minimum, p.Spec.Maximum = 3, 2 }, "spec.minimum must be <= spec.maximum"},
+		{"inline secretKey", func(p *tidev1.TidePool) { p.Spec.SecretKey = &secret }, "credentialsSecretRef"},
+		{"unknown charge type", func(p *tidev1.TidePool) { p.Spec.InstanceChargeType = "PREPAID" }, `spec.instanceChargeType: Unsupported value: "PREPAID"`},
+		{"unknown provider", func(p *tidev1.TidePool) { p.Spec.Provider = "gcp" }, "spec.provider"},
+		{"negative minimum", func(p *tidev1.TidePool) { p.Spec.Minimum = -1 }, "spec.minimum"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := localPool(ns, strings.ReplaceAll(tc.name, " ", "-"), 1)
+			tc.mutate(tp)
+			err := k8s.Create(context.Background(), tp)
+			if err == nil {
+				t.Fatal("the API server accepted an invalid TidePool")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the refusal echoes the secret: %q", err)
+			}
+		})
+	}
+	// The provider cannot change under a running pool.
+	tp := localPool(ns, "immutable", 0)
+	if err := k8s.Create(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	tp.Spec.Provider = tidev1.ProviderAWS
+	if err := k8s.Update(context.Background(), tp); err == nil || !strings.Contains(err.Error(), "immutable") {
+		t.Errorf("changing spec.provider: got %v, want an immutability error", err)
+	}
+}
+
+// The seed's sample manifest, credentials moved into a Secret, is accepted;
+// with no cloud reachable the pool reports a clear condition and the
+// operator keeps running.
+func TestSeedManifestAcceptedWithClearCondition(t *testing.T) {
+	ns := namespace(t)
+	op := startOperator(t, t.TempDir())
+	sample, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "config", "samples", "tidepool_seed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []client.Object
+	for _, doc := range strings.Split(string(sample), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		var obj client.Object
+		switch head.Kind {
+		case "Secret":
+			obj = &corev1.Secret{}
+		case "TidePool":
+			obj = &tidev1.TidePool{}
+		default:
+			t.Fatalf("unexpected kind %q in the sample", head.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetNamespace(ns)
+		objs = append(objs, obj)
+	}
+	for _, o := range objs {
+		if err := k8s.Create(context.Background(), o); err != nil {
+			t.Fatalf("creating %T from the seed sample: %v", o, err)
+		}
+	}
+	nn := types.NamespacedName{Namespace: ns, Name: "tidepool-sample"}
+	var cond *metav1.Condition
+	eventually(t, 30*time.Second, "a ProviderReady condition on the seed pool", func() bool {
+		tp, ok := getPool(t, nn)
+		if !ok {
+			return false
+		}
+		cond = meta.FindStatusCondition(tp.Status.Conditions, "ProviderReady")
+		return cond != nil
+	})
+	t.Logf("seed pool condition: %s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
+	if cond.Status != metav1.ConditionFalse || cond.Message == "" {
+		t.Errorf("want a False ProviderReady with a message, got %+v", cond)
+	}
+	tp, _ := getPool(t, nn)
+	if tp.Spec.Provider != tidev1.ProviderTencent {
+		t.Errorf("provider defaulted to %q, want tencent (the seed's meaning)", tp.Spec.Provider)
+	}
+	if !op.running() {
+		t.Fatal("the operator exited")
+	}
+	if strings.Contains(op.out.String(), "panic") {
+		t.Errorf("the operator panicked:\n%s", op.out.String())
+	}
+}
+
+// A local TidePool of 2: Ready within 30 s; kill -9 of an instance is
+// replaced with status and events updated while the standalone gateway
+// answers 200 throughout; delete removes every instance and target.
+func TestLocalPoolLifecycleWithStandaloneGateway(t *testing.T) {
+	ns := namespace(t)
+	state := t.TempDir()
+	startOperator(t, state)
+	gwAddr := freeAddr(t)
+	startProc(t, "gateway", "--kubeconfig", kubeconfig, "--addr", gwAddr, "--admin-addr", freeAddr(t))
+	nn := types.NamespacedName{Namespace: ns, Name: "chat"}
+	if err := k8s.Create(context.Background(), localPool(ns, "chat", 2)); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, 30*time.Second, "2 Ready instances in status", func() bool {
+		tp, ok := getPool(t, nn)
+		return ok && tp.Status.Ready == 2 && len(readyIDs(tp)) == 2
+	})
+	t.Logf("2 instances Ready in status %s after apply", took)
+
+	gw := "http://" + gwAddr
+	chat := func() (int, string) {
+		resp, err := http.Post(gw+"/ollama-chat", "application/json",
+			strings.NewReader(`{"model":"qwen2:0.5b","messages":[{"role":"user","content":"写一首诗"}],"stream":false}`))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	eventually(t, 10*time.Second, "the standalone gateway to answer 200", func() bool { c, _ := chat(); return c == 200 })
+
+	// Requests throughout the kill.
+	var ok, failed atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if c, body := chat(); c == 200 {
+				ok.Add(1)
+			} else {
+				failed.Add(1)
+				t.Logf("gateway answered %d: %s", c, body)
+			}
+		}
+	}()
+	tp, _ := getPool(t, nn)
+	before := readyIDs(tp)
+	victim := before[0]
+	pid := statePIDs(t, state)[victim]
+	if pid == 0 {
+		t.Fatalf("no pid for %s in the state file", victim)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	healed := eventually(t, 15*time.Second, "status back to 2 Ready without the victim", func() bool {
+		tp, ok := getPool(t, nn)
+		ids := readyIDs(tp)
+		return ok && len(ids) == 2 && !slices.Contains(ids, victim)
+	})
+	eventually(t, 10*time.Second, "an InstanceLost event for the victim", func() bool { return hasEvent(t, ns, "InstanceLost", victim) })
+	n := ok.Load()
+	eventually(t, 10*time.Second, "more answers after the replacement", func() bool { return ok.Load() > n+20 })
+	close(stop)
+	<-done
+	t.Logf("kill -9 of %s: status healed in %s; gateway answered %d x 200, %d failures", victim, healed, ok.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("the standalone gateway failed %d requests during the replacement", failed.Load())
+	}
+
+	// Delete: every instance process gone, the object gone, no target left.
+	tp, _ = getPool(t, nn)
+	pids := statePIDs(t, state)
+	if err := k8s.Delete(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the TidePool to be deleted (finalizer done)", func() bool { _, ok := getPool(t, nn); return !ok })
+	for id, pid := range pids {
+		if testbin.Alive(pid) {
+			t.Errorf("instance %s (pid %d) survives the delete", id, pid)
+		}
+	}
+	if left := testbin.PIDsWithEnv("TIDEGPU_POOL=" + ns + "/chat"); len(left) > 0 {
+		t.Errorf("processes of the deleted pool still run: %v", left)
+	}
+	eventually(t, 10*time.Second, "the gateway to drop the pool's targets", func() bool {
+		c, _ := chat()
+		return c == http.StatusServiceUnavailable
+	})
+}
+
+// The operator killed -9 while launching, then restarted: no instance
+// launched twice, none leaked.
+func TestOperatorKilledDuringLaunchRestarts(t *testing.T) {
+	ns := namespace(t)
+	state := t.TempDir()
+	op := startOperator(t, state)
+	nn := types.NamespacedName{Namespace: ns, Name: "burst"}
+	if err := k8s.Create(context.Background(), localPool(ns, "burst", 3)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the first launch", func() bool {
+		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/burst")) >= 1
+	})
+	op.signal(syscall.SIGKILL)
+	launchedBefore := len(testbin.PIDsWithEnv("TIDEGPU_POOL=" + ns + "/burst"))
+
+	startOperator(t, state)
+	eventually(t, 30*time.Second, "3 Ready after the restart", func() bool {
+		tp, ok := getPool(t, nn)
+		return ok && tp.Status.Ready == 3 && len(readyIDs(tp)) == 3
+	})
+	running := testbin.PIDsWithEnv("TIDEGPU_POOL=" + ns + "/burst")
+	t.Logf("killed with %d instance processes running; after restart %d run", launchedBefore, len(running))
+	if len(running) != 3 {
+		t.Errorf("%d instance processes run for a pool of 3: launched twice or leaked", len(running))
+	}
+	if got := len(statePIDs(t, state)); got != 3 {
+		t.Errorf("state lists %d instances, want 3", got)
+	}
+	tp, _ := getPool(t, nn)
+	if err := k8s.Delete(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the pool's processes to be gone", func() bool {
+		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/burst")) == 0
+	})
+}

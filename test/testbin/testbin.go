@@ -1,0 +1,123 @@
+// Package testbin builds the tidegpu binary once for tests that run it as a
+// real process, and offers small helpers for such tests.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Build compiles ./cmd/tidegpu into a temporary directory and returns the
+// binary's path and a function that removes it.
+func Build() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "tidegpu-test-bin")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(dir, "tidegpu")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/tidegpu")
+	cmd.Dir = RepoRoot()
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building tidegpu: %w", err)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// RepoRoot is the module's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// SyncBuffer collects a process's output safely.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Write implements io.Writer.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Alive reports whether pid runs and is not a zombie.
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// PIDsWithEnv lists live processes whose environment holds the exact
+// NAME=VALUE entry kv.
+func PIDsWithEnv(kv string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, v := range strings.Split(string(b), "\x00") {
+			if v == kv && Alive(pid) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Eventually polls cond every 20 ms until it holds or timeout passes, and
+// reports how long it took.
+func Eventually(timeout time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), false
+		}
+		time.Sleep(20 * time.Millisecond) // the polling interval of a condition
+	}
+}
+
+// EnvtestAssets returns KUBEBUILDER_ASSETS, building the API server and etcd
+// with hack/envtest.sh when it is not set (cached after the first time).
+func EnvtestAssets() (string, error) {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d, nil
+	}
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "envtest.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/envtest.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
