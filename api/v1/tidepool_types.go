@@ -41,6 +41,12 @@ type TidePoolSpec struct {
 	// +optional
 	Region string `json:"region,omitempty"`
 
+	// Endpoint overrides the provider API's address (a private endpoint, a
+	// proxy, or a test double), for example https://cvm.ap-singapore.tencentcloudapi.com.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
 	// AvailabilityZone is the zone instances are launched in.
 	// +optional
 	AvailabilityZone string `json:"availabilityZone,omitempty"`

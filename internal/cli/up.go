@@ -6,18 +6,21 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tidegpu/tidegpu/internal/config"
 	"github.com/tidegpu/tidegpu/internal/embedded"
+	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
 )
 
 // NewUpCommand returns `tidegpu up`.
 func NewUpCommand() *cobra.Command {
 	var (
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
+		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE]",
@@ -50,12 +53,16 @@ cluster takes. Bad input is refused before anything starts.`,
 			if stateDir == "" {
 				stateDir = defaultStateDir()
 			}
+			kongSecrets, err := readKongFiles(kongTokenFile, kongCAFile, kongCertFile, kongKeyFile)
+			if err != nil {
+				return err
+			}
 			token := os.Getenv("TIDEGPU_ADMIN_TOKEN")
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return embedded.Run(ctx, embedded.Options{
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
-				AdminToken: token, Policy: policy, Out: cmd.OutOrStdout(), Logger: logger,
+				AdminToken: token, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 			})
 		},
 	}
@@ -66,7 +73,44 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&stateDir, "state-dir", "", "where instance state and logs live (default $TIDEGPU_STATE_DIR, else $XDG_STATE_HOME/tidegpu or ~/.local/state/tidegpu)")
 	f.StringVar(&policy, "policy", "least-request", "gateway balancing policy: least-request or round-robin")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
+	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
+	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")
+	f.StringVar(&kongKeyFile, "kong-key-file", "", "PEM client key for mTLS to Kong's Admin API")
 	return cmd
+}
+
+// readKongFiles reads the Kong secrets named on the command line.
+func readKongFiles(tokenFile, caFile, certFile, keyFile string) (kongreg.Secrets, error) {
+	var s kongreg.Secrets
+	read := func(flag, path string) ([]byte, error) {
+		if path == "" {
+			return nil, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", flag, err)
+		}
+		return b, nil
+	}
+	tok, err := read("kong-token-file", tokenFile)
+	if err != nil {
+		return s, err
+	}
+	s.Token = strings.TrimSpace(string(tok))
+	if s.CA, err = read("kong-ca-file", caFile); err != nil {
+		return s, err
+	}
+	if s.ClientCert, err = read("kong-cert-file", certFile); err != nil {
+		return s, err
+	}
+	if s.Key, err = read("kong-key-file", keyFile); err != nil {
+		return s, err
+	}
+	if (len(s.ClientCert) > 0) != (len(s.Key) > 0) {
+		return s, fmt.Errorf("--kong-cert-file and --kong-key-file go together: give both or neither")
+	}
+	return s, nil
 }
 
 func defaultStateDir() string {

@@ -26,7 +26,9 @@ import (
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/registrar"
 	"github.com/tidegpu/tidegpu/internal/registrar/builtin"
+	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
 )
 
 // Options configure a run.
@@ -37,6 +39,9 @@ type Options struct {
 	StateDir    string
 	AdminToken  string
 	Policy      string
+	// KongSecrets is the Kong admin token and TLS material for pools that
+	// use Kong (from files given on the command line).
+	KongSecrets kongreg.Secrets
 	// ReadyTimeout bounds how long progress is shown before the run goes on
 	// without every pool ready (it keeps trying).
 	ReadyTimeout time.Duration
@@ -109,7 +114,26 @@ func Run(ctx context.Context, o Options) error {
 		rec.Eventf(events.TypeNormal, "Orphan", in.Pool, in.ID, "stopped %s of pool %s left by a previous run (pool no longer configured)", in.ID, in.Pool)
 	}
 
-	mgr, err := engine.NewManager(engine.Options{Provider: prov, Registrar: builtin.New(gw), Recorder: rec,
+	router := registrar.NewRouter(builtin.New(gw))
+	for _, p := range o.Pools {
+		cfg, ok, err := kongreg.ConfigFromSpec(p.Name, &p.Spec, o.KongSecrets)
+		if err != nil {
+			_ = prov.Close(context.Background())
+			return fmt.Errorf("TidePool %q: %w", p.Name, err)
+		}
+		if !ok {
+			continue
+		}
+		cfg.Registry = reg
+		kr, err := kongreg.New(cfg)
+		if err != nil {
+			_ = prov.Close(context.Background())
+			return fmt.Errorf("TidePool %q: kong: %w", p.Name, err)
+		}
+		router.Set(p.Name, kr)
+		fmt.Fprintf(o.Out, "  pool %s: Kong targets kept at %s\n", p.Name, cfg.AdminURL)
+	}
+	mgr, err := engine.NewManager(engine.Options{Provider: prov, Registrar: router, Recorder: rec,
 		Registry: reg, Logger: o.Logger})
 	if err != nil {
 		_ = prov.Close(context.Background())

@@ -173,7 +173,9 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	d := p.deps
 	insts, err := d.provider.List(ctx, p.name)
 	if err != nil {
-		p.setCondition(tidev1.ConditionCapacityAvailable, metav1.ConditionUnknown, "ListFailed", err.Error())
+		msg := fmt.Sprintf("cannot list the pool's instances from provider %s: %v", d.provider.Name(), err)
+		p.setCondition(tidev1.ConditionCapacityAvailable, metav1.ConditionUnknown, "ProviderUnreachable", msg)
+		p.setCondition(tidev1.ConditionReady, metav1.ConditionFalse, "ProviderUnreachable", msg)
 		return 0, fmt.Errorf("listing instances of pool %s: %w", p.name, err)
 	}
 	now := d.clock.Now()

@@ -35,6 +35,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
 
@@ -57,7 +58,10 @@ type Options struct {
 	LeaderElectionNamespace           string
 	// StateDir is where the local provider keeps its state and logs.
 	StateDir string
-	Logger   *slog.Logger
+	// Cluster names this installation in the clouds' ownership tags, so
+	// that two installations never touch each other's instances.
+	Cluster string
+	Logger  *slog.Logger
 }
 
 // Run runs the operator until ctx ends.
@@ -89,11 +93,11 @@ func Run(ctx context.Context, o Options) error {
 		Registrar: registrar.Nop{},
 		Registry:  crmetrics.Registry,
 		Logger:    o.Logger,
-		Factory:   Factory(o.StateDir, o.Logger),
+		Factory:   Factory(o.StateDir, o.Cluster, o.Logger),
 		Existing:  existingPools(mgr.GetAPIReader()),
 	})
 	r := &tidepool.Reconciler{Client: mgr.GetClient(), Engines: engines, Recorder: rec,
-		Events: mgr.GetEventRecorder("tidegpu-operator")}
+		Events: mgr.GetEventRecorder("tidegpu-operator"), Registry: crmetrics.Registry}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TidePool controller: %w", err)
 	}
@@ -141,30 +145,60 @@ func existingPools(c client.Reader) func(ctx context.Context) (map[string]bool, 
 }
 
 // Factory builds providers from a pool's spec: local processes (one
-// provider for every local pool), and the clouds as they land.
-func Factory(stateDir string, logger *slog.Logger) tidepool.ProviderFactory {
+// provider for every local pool) and Tencent CVM (one per region and
+// credentials Secret). Providers are cached by key; pools with the same key
+// share one provider and one engine.
+func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFactory {
 	var (
-		mu        sync.Mutex
-		localProv *local.Provider
+		mu    sync.Mutex
+		cache = map[string]provider.Provider{}
 	)
-	return func(ctx context.Context, spec *tidev1.TidePoolSpec, creds map[string][]byte) (string, provider.Provider, error) {
+	return func(ctx context.Context, tp *tidev1.TidePool, creds map[string][]byte) (string, provider.Provider, error) {
+		spec := &tp.Spec
+		mu.Lock()
+		defer mu.Unlock()
+		secret := "default-chain"
+		if spec.CredentialsSecretRef != nil {
+			secret = tp.Namespace + "/" + spec.CredentialsSecretRef.Name
+		}
+		var key string
 		switch spec.Provider {
 		case tidev1.ProviderLocal:
-			mu.Lock()
-			defer mu.Unlock()
-			if localProv == nil {
-				if err := os.MkdirAll(stateDir, 0o755); err != nil {
-					return "", nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
-				}
-				p, err := local.New(local.Options{StateDir: stateDir, Logger: logger})
-				if err != nil {
-					return "", nil, err
-				}
-				localProv = p
+			key = "local"
+		case tidev1.ProviderTencent, tidev1.ProviderAWS:
+			if spec.Region == "" {
+				return "", nil, fmt.Errorf("spec.region: required for provider %s", spec.Provider)
 			}
-			return "local", localProv, nil
+			key = spec.Provider + "/" + spec.Region + "/" + secret + "/" + spec.Endpoint
 		default:
-			return "", nil, fmt.Errorf("spec.provider %q: not available in this build yet (local works today; aws, tencent and sim are being added)", spec.Provider)
+			return "", nil, fmt.Errorf("spec.provider %q: not available in this build yet (local and tencent work today; aws and sim are being added)", spec.Provider)
 		}
+		if p, ok := cache[key]; ok {
+			return key, p, nil
+		}
+		var (
+			p   provider.Provider
+			err error
+		)
+		switch spec.Provider {
+		case tidev1.ProviderLocal:
+			if err := os.MkdirAll(stateDir, 0o755); err != nil {
+				return "", nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
+			}
+			p, err = local.New(local.Options{StateDir: stateDir, Logger: logger})
+		case tidev1.ProviderTencent:
+			id, sk := string(creds["secretId"]), string(creds["secretKey"])
+			if id == "" || sk == "" {
+				return "", nil, fmt.Errorf("spec.credentialsSecretRef: Secret %s needs the keys secretId and secretKey", secret)
+			}
+			p, err = tencent.New(tencent.Options{Region: spec.Region, SecretID: id, SecretKey: sk, Cluster: cluster, Endpoint: spec.Endpoint})
+		default:
+			err = fmt.Errorf("spec.provider %q: not available in this build yet", spec.Provider)
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		cache[key] = p
+		return key, p, nil
 	}
 }

@@ -8,6 +8,8 @@ package tidepool
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,8 +31,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	tideevents "github.com/tidegpu/tidegpu/internal/events"
+	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
 )
 
 // Finalizer makes deletion wait until the pool's instances are terminated
@@ -57,6 +62,8 @@ type Reconciler struct {
 	Engines  *Engines
 	Recorder *tideevents.Recorder
 	Events   events.EventRecorder
+	// Registry receives the Kong registrars' metrics (optional).
+	Registry prometheus.Registerer
 }
 
 // PoolKey is the engine's name for a TidePool: namespace/name.
@@ -121,6 +128,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	creds, credErr := r.credentials(ctx, &tp)
 	var applyErr error
 	if credErr == nil {
+		credErr = r.kong(ctx, key, &tp)
+	}
+	if credErr == nil {
 		applyErr = r.Engines.Apply(ctx, key, &tp, creds)
 	}
 	base := tp.DeepCopy()
@@ -137,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		setCondition(&tp, ConditionProviderReady, metav1.ConditionFalse, "ProviderUnavailable", applyErr.Error(), now)
 		setCondition(&tp, tidev1.ConditionReady, metav1.ConditionFalse, "ProviderUnavailable", applyErr.Error(), now)
 	default:
-		setCondition(&tp, ConditionProviderReady, metav1.ConditionTrue, "ProviderReady", "provider "+tp.Spec.Provider+" ready", now)
+		setCondition(&tp, ConditionProviderReady, metav1.ConditionTrue, "Configured", "provider "+tp.Spec.Provider+" configured", now)
 	}
 	if !equality.Semantic.DeepEqual(base.Status, tp.Status) {
 		if err := r.Client.Status().Patch(ctx, &tp, client.MergeFrom(base)); err != nil {
@@ -169,6 +179,74 @@ func (r *Reconciler) credentials(ctx context.Context, tp *tidev1.TidePool) (map[
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", tp.Namespace, ref.Name, err)
 	}
 	return s.Data, nil
+}
+
+// kong gives the pool its Kong registrar when its spec asks for one,
+// reading the admin token and TLS material from Secrets. The registrar is
+// kept while its settings stay the same (it remembers what it ensured).
+func (r *Reconciler) kong(ctx context.Context, pool string, tp *tidev1.TidePool) error {
+	var sec kongreg.Secrets
+	if k := tp.Spec.Kong; k != nil {
+		if ref := k.TokenSecretRef; ref != nil {
+			data, err := r.secretData(ctx, tp.Namespace, ref.Name, "spec.kong.tokenSecretRef")
+			if err != nil {
+				return err
+			}
+			tok, ok := data[ref.Key]
+			if !ok {
+				return fmt.Errorf("spec.kong.tokenSecretRef: Secret %s has no key %q", ref.Name, ref.Key)
+			}
+			sec.Token = strings.TrimSpace(string(tok))
+		}
+		if ref := k.TLSSecretRef; ref != nil {
+			data, err := r.secretData(ctx, tp.Namespace, ref.Name, "spec.kong.tlsSecretRef")
+			if err != nil {
+				return err
+			}
+			sec.CA, sec.ClientCert, sec.Key = data["ca.crt"], data["tls.crt"], data["tls.key"]
+		}
+	}
+	cfg, ok, err := kongreg.ConfigFromSpec(pool, &tp.Spec, sec)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		r.Engines.SetRegistrar(pool, nil, "")
+		return nil
+	}
+	fp := fingerprint(cfg, sec)
+	if r.Engines.RegistrarFingerprint(pool) == fp {
+		return nil
+	}
+	cfg.Registry = r.Registry
+	reg, err := kongreg.New(cfg)
+	if err != nil {
+		return err
+	}
+	r.Engines.SetRegistrar(pool, reg, fp)
+	return nil
+}
+
+func (r *Reconciler) secretData(ctx context.Context, ns, name, field string) (map[string][]byte, error) {
+	var s corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%s: Secret %s/%s not found", field, ns, name)
+		}
+		return nil, fmt.Errorf("%s: reading Secret %s/%s: %w", field, ns, name, err)
+	}
+	return s.Data, nil
+}
+
+// fingerprint identifies a Kong configuration without keeping its secrets.
+func fingerprint(cfg kongreg.Config, sec kongreg.Secrets) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%s|%s|%s|%s|%s|%v|%s|%+v|%+v", cfg.AdminURL, cfg.PoolTag, cfg.Upstream, cfg.Service, cfg.ServicePath,
+		cfg.Route, cfg.RoutePaths, sec.Token, cfg.Passive, cfg.Active)
+	h.Write(sec.CA)
+	h.Write(sec.ClientCert)
+	h.Write(sec.Key)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func setCondition(tp *tidev1.TidePool, typ string, status metav1.ConditionStatus, reason, msg string, now metav1.Time) {

@@ -21,18 +21,19 @@ import (
 // ProviderFactory builds the provider a pool's spec asks for. key names the
 // provider instance (pools with equal keys share one provider and engine);
 // creds holds the Secret's data when the spec references one.
-type ProviderFactory func(ctx context.Context, spec *tidev1.TidePoolSpec, creds map[string][]byte) (key string, p provider.Provider, err error)
+type ProviderFactory func(ctx context.Context, tp *tidev1.TidePool, creds map[string][]byte) (key string, p provider.Provider, err error)
 
 // Engines runs one engine.Manager per provider instance and routes pools to
 // them. It is the operator's executor: the reconciler tells it the wanted
 // pools and reads their status back.
 type Engines struct {
-	recorder  *events.Recorder
-	registrar registrar.Registrar
-	registry  prometheus.Registerer
-	clock     clock.WithTicker
-	logger    *slog.Logger
-	factory   ProviderFactory
+	recorder *events.Recorder
+	router   *registrar.Router
+	regFP    map[string]string
+	registry prometheus.Registerer
+	clock    clock.WithTicker
+	logger   *slog.Logger
+	factory  ProviderFactory
 	// existing lists the pool keys that exist in the cluster; a provider
 	// that remembers instances (local) adopts those and stops the others.
 	existing func(ctx context.Context) (map[string]bool, error)
@@ -65,7 +66,7 @@ func NewEngines(o EnginesOptions) *Engines {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Engines{recorder: o.Recorder, registrar: o.Registrar, registry: o.Registry, clock: o.Clock,
+	return &Engines{recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
 		logger: o.Logger, factory: o.Factory, existing: o.Existing,
 		managers: map[string]*engine.Manager{}, poolKey: map[string]string{},
 		metrics: engine.NewMetrics(o.Registry)}
@@ -95,7 +96,7 @@ func (e *Engines) NeedLeaderElection() bool { return true }
 // Apply hands a pool to the engine of its provider, creating that engine
 // (and adopting what a previous run left) on first use.
 func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, creds map[string][]byte) error {
-	key, prov, err := e.factory(ctx, &tp.Spec, creds)
+	key, prov, err := e.factory(ctx, tp, creds)
 	if err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 			}
 			e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
 		}
-		m, err = engine.NewManager(engine.Options{Provider: prov, Registrar: e.registrar, Recorder: e.recorder,
+		m, err = engine.NewManager(engine.Options{Provider: prov, Registrar: e.router, Recorder: e.recorder,
 			Clock: e.clock, Metrics: e.metrics, Logger: e.logger})
 		if err != nil {
 			return err
@@ -155,6 +156,27 @@ func (e *Engines) adoptLocked(ctx context.Context, lp *local.Provider) error {
 	return nil
 }
 
+// SetRegistrar gives a pool its own registrar (such as its Kong) beside the
+// default one; nil removes it. fp identifies its configuration.
+func (e *Engines) SetRegistrar(pool string, reg registrar.Registrar, fp string) {
+	e.mu.Lock()
+	if reg == nil {
+		delete(e.regFP, pool)
+	} else {
+		e.regFP[pool] = fp
+	}
+	e.mu.Unlock()
+	e.router.Set(pool, reg)
+}
+
+// RegistrarFingerprint returns the configuration id of the pool's own
+// registrar ("" for none).
+func (e *Engines) RegistrarFingerprint(pool string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.regFP[pool]
+}
+
 // Remove stops a pool: its instances are terminated and its targets removed.
 func (e *Engines) Remove(ctx context.Context, pool string) error {
 	e.mu.Lock()
@@ -169,7 +191,9 @@ func (e *Engines) Remove(ctx context.Context, pool string) error {
 	}
 	e.mu.Lock()
 	delete(e.poolKey, pool)
+	delete(e.regFP, pool)
 	e.mu.Unlock()
+	e.router.Set(pool, nil)
 	return nil
 }
 
