@@ -38,6 +38,10 @@ type Options struct {
 	Resync time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// OnRound, if set, is called with the pool's name after every round,
+	// once its status is written (the operator writes it to the CR then).
+	// It must not block.
+	OnRound func(pool string)
 }
 
 // Manager runs one Pool loop per pool and routes provider events to them.
@@ -80,7 +84,7 @@ func NewManager(opts Options) (*Manager, error) {
 		deps: &deps{
 			provider: opts.Provider, registrar: opts.Registrar, recorder: opts.Recorder,
 			clock: opts.Clock, metrics: opts.Metrics, logger: opts.Logger,
-			resync: opts.Resync, client: &http.Client{Transport: tr},
+			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound,
 		},
 		pools:  map[string]*Pool{},
 		cancel: map[string]context.CancelFunc{},

@@ -62,6 +62,7 @@ type deps struct {
 	client    *http.Client
 	logger    *slog.Logger
 	resync    time.Duration
+	onRound   func(pool string)
 }
 
 func newPool(name string, d *deps) *Pool {
@@ -139,6 +140,9 @@ func (p *Pool) round(ctx context.Context) time.Duration {
 	start := p.deps.clock.Now()
 	requeue, err := p.reconcile(ctx)
 	p.deps.metrics.reconcileDuration.WithLabelValues(p.name).Observe(p.deps.clock.Since(start).Seconds())
+	if p.deps.onRound != nil {
+		p.deps.onRound(p.name)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {

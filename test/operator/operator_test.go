@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/kong/kongtest"
 	"github.com/tidegpu/tidegpu/internal/operator"
 	"github.com/tidegpu/tidegpu/test/testbin"
 )
@@ -506,4 +507,66 @@ func TestOperatorKilledDuringLaunchRestarts(t *testing.T) {
 	eventually(t, 30*time.Second, "the pool's processes to be gone", func() bool {
 		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/burst")) == 0
 	})
+}
+
+// The operator keeps a Kong's targets equal to a pool's Ready instances,
+// with the admin token read from a Secret, and removes them on delete.
+func TestOperatorKeepsKongTargets(t *testing.T) {
+	k := kongtest.New(t)
+	k.SetToken("op-s3cret")
+	ns := namespace(t)
+	startOperator(t, t.TempDir())
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kong-admin"},
+		StringData: map[string]string{"token": "op-s3cret"}}
+	if err := k8s.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	tp := localPool(ns, "kong", 2)
+	tp.Spec.Kong = &tidev1.KongSpec{AdminURL: k.URL, TokenSecretRef: &tidev1.SecretKeyReference{Name: "kong-admin", Key: "token"}}
+	if err := k8s.Create(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	nn := types.NamespacedName{Namespace: ns, Name: "kong"}
+	targets := func() []string {
+		var out []string
+		for _, t := range k.Targets("llama2-YiFlow-upstream") {
+			out = append(out, t.Target)
+		}
+		slices.Sort(out)
+		return out
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			tp, _ := getPool(t, nn)
+			if tp != nil {
+				t.Logf("conditions: %+v", tp.Status.Conditions)
+			}
+			for _, c := range k.Calls() {
+				t.Logf("kong call: %s %s %v -> %d", c.Method, c.Path, c.Query, c.Status)
+			}
+		}
+	})
+	took := eventually(t, 30*time.Second, "Kong's targets to equal the 2 Ready instances", func() bool {
+		tp, ok := getPool(t, nn)
+		if !ok || tp.Status.Ready != 2 {
+			return false
+		}
+		var want []string
+		for _, in := range tp.Status.Instances {
+			if in.Phase == tidev1.PhaseReady {
+				want = append(want, in.Address)
+			}
+		}
+		slices.Sort(want)
+		return slices.Equal(targets(), want)
+	})
+	t.Logf("Kong in step with the pool %s after apply", took)
+	tp, _ = getPool(t, nn)
+	if c := meta.FindStatusCondition(tp.Status.Conditions, tidev1.ConditionGatewaySynced); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("GatewaySynced not True: %+v", c)
+	}
+	if err := k8s.Delete(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "Kong's targets to be removed on delete", func() bool { return len(targets()) == 0 })
 }

@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -80,15 +79,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Engines); err != nil {
 		return err
 	}
-	ch := make(chan event.GenericEvent, 1024)
-	if err := mgr.Add(&eventPump{r: r, out: ch}); err != nil {
+	if err := mgr.Add(&eventPump{r: r}); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tidev1.TidePool{}).
 		Named("tidepool").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.Engines.rounds, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 
@@ -271,12 +269,11 @@ func StatusFrom(engineStatus tidev1.TidePoolStatus, existing []metav1.Condition)
 	return st
 }
 
-// eventPump turns the engine's events into Kubernetes Events on the pool and
-// into reconciles of the pool (a channel source), so status follows the pool
-// at once without polling.
+// eventPump turns the engine's events into Kubernetes Events on the pool.
+// (Reconciles follow the engine's rounds through Engines.rounds, a channel
+// source, so status is written after the round that changed it.)
 type eventPump struct {
-	r   *Reconciler
-	out chan<- event.GenericEvent
+	r *Reconciler
 }
 
 // NeedLeaderElection: events come from the leader's engines.
@@ -302,13 +299,6 @@ func (p *eventPump) Start(ctx context.Context) error {
 					typ = corev1.EventTypeWarning
 				}
 				p.r.Events.Eventf(&tp, nil, typ, ev.Reason, ev.Reason, "%s", ev.Message)
-			}
-			obj := &tidev1.TidePool{}
-			obj.Namespace, obj.Name = nn.Namespace, nn.Name
-			select {
-			case p.out <- event.GenericEvent{Object: obj}:
-			case <-ctx.Done():
-				return nil
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/engine"
@@ -37,6 +38,7 @@ type Engines struct {
 	// existing lists the pool keys that exist in the cluster; a provider
 	// that remembers instances (local) adopts those and stops the others.
 	existing func(ctx context.Context) (map[string]bool, error)
+	onRound  func(pool string)
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -45,6 +47,9 @@ type Engines struct {
 	closers  []func(context.Context) error
 	wg       sync.WaitGroup
 	metrics  *engine.Metrics
+	// rounds carries a reconcile request for a pool after each of its
+	// engine rounds (a controller-runtime channel source).
+	rounds chan event.GenericEvent
 }
 
 // EnginesOptions configure Engines.
@@ -56,6 +61,8 @@ type EnginesOptions struct {
 	Logger    *slog.Logger
 	Factory   ProviderFactory
 	Existing  func(ctx context.Context) (map[string]bool, error)
+	// OnRound is called after every round of any pool (must not block).
+	OnRound func(pool string)
 }
 
 // NewEngines returns Engines; Start must run before pools are applied.
@@ -66,10 +73,25 @@ func NewEngines(o EnginesOptions) *Engines {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Engines{recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
-		logger: o.Logger, factory: o.Factory, existing: o.Existing,
+	e := &Engines{rounds: make(chan event.GenericEvent, 1024), recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
+		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound,
 		managers: map[string]*engine.Manager{}, poolKey: map[string]string{},
 		metrics: engine.NewMetrics(o.Registry)}
+	user := o.OnRound
+	e.onRound = func(pool string) {
+		if nn, ok := splitKey(pool); ok {
+			obj := &tidev1.TidePool{}
+			obj.Namespace, obj.Name = nn.Namespace, nn.Name
+			select {
+			case e.rounds <- event.GenericEvent{Object: obj}:
+			default: // the queue is full of requests already; one more changes nothing
+			}
+		}
+		if user != nil {
+			user(pool)
+		}
+	}
+	return e
 }
 
 // Start implements manager.Runnable: it keeps the engines running until ctx
@@ -120,7 +142,7 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 			e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
 		}
 		m, err = engine.NewManager(engine.Options{Provider: prov, Registrar: e.router, Recorder: e.recorder,
-			Clock: e.clock, Metrics: e.metrics, Logger: e.logger})
+			Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound})
 		if err != nil {
 			return err
 		}
