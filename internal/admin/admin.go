@@ -30,6 +30,9 @@ type Pools interface {
 	Pools() []engine.PoolView
 	Pool(name string) (engine.PoolView, bool)
 	Reclaim(ctx context.Context, pool, id string, notice time.Duration) error
+	// Notice records a reclaim notice that the agent on an instance read
+	// from its cloud's metadata service.
+	Notice(pool, id string, at time.Time, source string) error
 }
 
 // Backends reports the gateway's backends (the embedded gateway).
@@ -93,6 +96,27 @@ func NewHandler(o Options) http.Handler {
 			writeJSON(w, http.StatusAccepted, map[string]any{"pool": pool, "instance": id, "noticeSeconds": notice.Seconds()})
 		}
 	})
+	mux.HandleFunc("POST /api/v1/pools/{name}/instances/{id}/notice", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
+			return
+		}
+		n, err := ParseNotice(body, time.Now())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		pool, id := r.PathValue("name"), r.PathValue("id")
+		switch err := o.Pools.Notice(pool, id, n.At, n.Source); {
+		case errors.Is(err, engine.ErrNotFound):
+			writeError(w, http.StatusNotFound, err.Error())
+		case err != nil:
+			writeError(w, http.StatusInternalServerError, err.Error())
+		default:
+			writeJSON(w, http.StatusAccepted, map[string]any{"pool": pool, "instance": id, "interruptAt": n.At})
+		}
+	})
 	mux.HandleFunc("GET /api/v1/events", func(w http.ResponseWriter, r *http.Request) {
 		since, err := parseSince(r.URL.Query().Get("since"))
 		if err != nil {
@@ -152,6 +176,42 @@ func ParseReclaim(body []byte) (time.Duration, error) {
 		return 0, fmt.Errorf("noticeSeconds: invalid value %v: must be a whole number from 0 to %d", n, MaxNoticeSeconds)
 	}
 	return time.Duration(n) * time.Second, nil
+}
+
+// Notice is a reclaim notice as the agent reports it.
+type Notice struct {
+	// At is when the cloud will take the instance back.
+	At time.Time `json:"interruptAt"`
+	// Source says where the notice came from (aws-imds, tencent-metadata).
+	Source string `json:"source"`
+}
+
+// ParseNotice reads {"interruptAt": RFC 3339 time, "source": "..."}; a
+// missing or past time means now.
+func ParseNotice(body []byte, now time.Time) (Notice, error) {
+	var n struct {
+		InterruptAt *time.Time `json:"interruptAt"`
+		Source      string     `json:"source"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&n); err != nil {
+		return Notice{}, fmt.Errorf(`body: %v: send {"interruptAt": "RFC 3339 time", "source": "..."}`, err)
+	}
+	if len(n.Source) > 64 {
+		return Notice{}, errors.New("source: longer than 64 characters")
+	}
+	out := Notice{At: now, Source: n.Source}
+	if out.Source == "" {
+		out.Source = "agent"
+	}
+	if n.InterruptAt != nil && n.InterruptAt.After(now) {
+		if n.InterruptAt.Sub(now) > 24*time.Hour {
+			return Notice{}, errors.New("interruptAt: more than 24h ahead: not a reclaim notice")
+		}
+		out.At = *n.InterruptAt
+	}
+	return out, nil
 }
 
 func parseSince(s string) (uint64, error) {

@@ -256,3 +256,18 @@ func (m *Manager) Reclaim(ctx context.Context, pool, id string, notice time.Dura
 	m.deps.recorder.Eventf(events.TypeNormal, "ReclaimRequested", pool, id, "reclaim of %s requested with %s notice", id, notice)
 	return r.Reclaim(ctx, id, notice)
 }
+
+// Notice records a reclaim notice for an instance of a pool, as reported by
+// the agent on the instance (an interruption notice read from the cloud's
+// metadata service): the instance drains at once, its replacement launches
+// at once, and it is terminated once idle or at the reclaim time.
+func (m *Manager) Notice(pool, id string, at time.Time, source string) error {
+	m.mu.Lock()
+	p := m.pools[pool]
+	m.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("pool %q: %w", pool, ErrNotFound)
+	}
+	p.notice(id, at, source)
+	return nil
+}

@@ -43,6 +43,7 @@ type Pool struct {
 	generation  int64
 	ready       map[string]bool
 	drains      map[string]time.Time
+	notices     map[string]time.Time // reclaim notices from agents on the instances
 	probing     map[string]context.CancelFunc
 	lost        map[string]string // id → why, for the next launch's "replacing" note
 	status      tidev1.TidePoolStatus
@@ -73,6 +74,7 @@ func newPool(name string, d *deps) *Pool {
 		done:    make(chan struct{}),
 		ready:   map[string]bool{},
 		drains:  map[string]time.Time{},
+		notices: map[string]time.Time{},
 		probing: map[string]context.CancelFunc{},
 		lost:    map[string]string{},
 	}
@@ -196,6 +198,10 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 			dl := dl
 			v.DrainDeadline = &dl
 		}
+		if at, ok := p.notices[in.ID]; ok && (v.InterruptAt == nil || at.Before(*v.InterruptAt)) {
+			at := at
+			v.InterruptAt = &at
+		}
 		if rep, ok := d.registrar.(registrar.InFlightReporter); ok {
 			v.InFlight = rep.InFlight(in.ID)
 		}
@@ -210,6 +216,11 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	for id := range p.drains {
 		if !live[id] {
 			delete(p.drains, id)
+		}
+	}
+	for id := range p.notices {
+		if !live[id] {
+			delete(p.notices, id)
 		}
 	}
 	for id, cancel := range p.probing {
@@ -436,6 +447,22 @@ func (p *Pool) stopProbes() {
 		cancel()
 		delete(p.probing, id)
 	}
+}
+
+// notice records a reclaim notice for an instance (from the agent on it)
+// and wakes the loop: the instance drains and its replacement launches.
+func (p *Pool) notice(id string, at time.Time, source string) {
+	p.mu.Lock()
+	if old, ok := p.notices[id]; ok && !at.Before(old) {
+		p.mu.Unlock()
+		return
+	}
+	p.notices[id] = at
+	p.mu.Unlock()
+	p.deps.metrics.interruptions.WithLabelValues(p.name).Inc()
+	p.deps.recorder.Eventf(events.TypeWarning, "ReclaimNotice", p.name, id, "%s will be reclaimed at %s (notice from %s): draining and launching a replacement",
+		id, at.Format(time.RFC3339), source)
+	p.Trigger()
 }
 
 // handleEvent folds a provider event into the pool and wakes the loop.

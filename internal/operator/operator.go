@@ -34,6 +34,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider"
+	awsprov "github.com/tidegpu/tidegpu/internal/provider/aws"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
@@ -171,7 +172,7 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 			}
 			key = spec.Provider + "/" + spec.Region + "/" + secret + "/" + spec.Endpoint
 		default:
-			return "", nil, fmt.Errorf("spec.provider %q: not available in this build yet (local and tencent work today; aws and sim are being added)", spec.Provider)
+			return "", nil, fmt.Errorf("spec.provider %q: not available in this build yet (local, tencent and aws work today; sim is being added)", spec.Provider)
 		}
 		if p, ok := cache[key]; ok {
 			return key, p, nil
@@ -192,6 +193,16 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 				return "", nil, fmt.Errorf("spec.credentialsSecretRef: Secret %s needs the keys secretId and secretKey", secret)
 			}
 			p, err = tencent.New(tencent.Options{Region: spec.Region, SecretID: id, SecretKey: sk, Cluster: cluster, Endpoint: spec.Endpoint})
+		case tidev1.ProviderAWS:
+			opts := awsprov.Options{Region: spec.Region, Cluster: cluster, Endpoint: spec.Endpoint}
+			if creds != nil {
+				id, sk := string(creds["accessKeyId"]), string(creds["secretAccessKey"])
+				if id == "" || sk == "" {
+					return "", nil, fmt.Errorf("spec.credentialsSecretRef: Secret %s needs the keys accessKeyId and secretAccessKey (sessionToken optional); or drop the reference to use the instance role / IRSA", secret)
+				}
+				opts.Credentials = &awsprov.StaticCredentials{AccessKeyID: id, SecretAccessKey: sk, SessionToken: string(creds["sessionToken"])}
+			}
+			p, err = awsprov.New(ctx, opts)
 		default:
 			err = fmt.Errorf("spec.provider %q: not available in this build yet", spec.Provider)
 		}

@@ -266,3 +266,14 @@ func (e *Engines) Reclaim(ctx context.Context, pool, id string, notice time.Dura
 	}
 	return m.Reclaim(ctx, pool, id, notice)
 }
+
+// Notice records an agent's reclaim notice for a pool's instance.
+func (e *Engines) Notice(pool, id string, at time.Time, source string) error {
+	e.mu.Lock()
+	m := e.managers[e.poolKey[pool]]
+	e.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("pool %q: %w", pool, engine.ErrNotFound)
+	}
+	return m.Notice(pool, id, at, source)
+}
