@@ -28,6 +28,7 @@ generate:
 ## manifests: CRDs and RBAC under config/
 manifests:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=tidegpu-operator paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

@@ -570,3 +570,29 @@ func TestOperatorKeepsKongTargets(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "Kong's targets to be removed on delete", func() bool { return len(targets()) == 0 })
 }
+
+// `kubectl apply -k config/default` renders and the API server accepts every
+// object of it (server-side dry run).
+func TestInstallManifestsApply(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A server-side dry run cannot place objects in a namespace that the
+	// same dry run "creates": make the namespace for real first.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tidegpu-system"}}
+	if err := k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "apply", "-k", filepath.Join(testbin.RepoRoot(), "config", "default"), "--dry-run=server")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply -k config/default --dry-run=server: %v\n%s", err, out)
+	}
+	for _, want := range []string{"deployment.apps/tidegpu-operator", "deployment.apps/tidegpu-gateway", "customresourcedefinition.apiextensions.k8s.io/tidepools.tidegpu.eja.dev", "clusterrole.rbac.authorization.k8s.io/tidegpu-operator"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("apply output lacks %s:\n%s", want, out)
+		}
+	}
+}
