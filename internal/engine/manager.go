@@ -226,7 +226,7 @@ func (m *Manager) Pool(name string) (PoolView, bool) {
 var ErrNotFound = errors.New("not found")
 
 // ErrNotSupported is returned when the provider cannot simulate a reclaim.
-var ErrNotSupported = errors.New("not supported by this provider")
+var ErrNotSupported = provider.ErrNotSupported
 
 // Reclaim plays the cloud's part in a spot reclaim of one instance (only
 // simulated providers can): with notice > 0 the instance is drained and

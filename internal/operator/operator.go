@@ -36,6 +36,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider"
 	awsprov "github.com/tidegpu/tidegpu/internal/provider/aws"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/provider/metered"
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
@@ -154,6 +155,7 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 		mu    sync.Mutex
 		cache = map[string]provider.Provider{}
 	)
+	providerMetrics := metered.NewMetrics(crmetrics.Registry)
 	return func(ctx context.Context, tp *tidev1.TidePool, creds map[string][]byte) (string, provider.Provider, error) {
 		spec := &tp.Spec
 		mu.Lock()
@@ -209,6 +211,7 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 		if err != nil {
 			return "", nil, err
 		}
+		p = metered.Wrap(p, providerMetrics)
 		cache[key] = p
 		return key, p, nil
 	}

@@ -137,6 +137,10 @@ type Reclaimer interface {
 	Reclaim(ctx context.Context, id string, notice time.Duration) error
 }
 
+// ErrNotSupported is returned by an optional operation the provider lacks,
+// such as a simulated reclaim on a real cloud.
+var ErrNotSupported = errors.New("not supported by this provider")
+
 // InsufficientCapacityError says an offering has no capacity now.
 type InsufficientCapacityError struct {
 	Zone, InstanceType string

@@ -14,6 +14,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/gc"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 	"github.com/tidegpu/tidegpu/internal/registrar"
@@ -135,7 +136,11 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 		if prov == nil {
 			return fmt.Errorf("no provider for %s", key)
 		}
-		if lp, isLocal := prov.(*local.Provider); isLocal {
+		inner := prov
+		if u, ok := prov.(interface{ Unwrap() provider.Provider }); ok {
+			inner = u.Unwrap()
+		}
+		if lp, isLocal := inner.(*local.Provider); isLocal {
 			if err := e.adoptLocked(ctx, lp); err != nil {
 				return err
 			}
@@ -152,6 +157,13 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 			defer e.wg.Done()
 			m.Run(e.ctx)
 		}()
+		if _, isLocal := inner.(*local.Provider); !isLocal {
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				e.collectGarbage(e.ctx, prov)
+			}()
+		}
 	}
 	e.poolKey[pool] = key
 	cp := tp.DeepCopy()
@@ -276,4 +288,38 @@ func (e *Engines) Notice(pool, id string, at time.Time, source string) error {
 		return fmt.Errorf("pool %q: %w", pool, engine.ErrNotFound)
 	}
 	return m.Notice(pool, id, at, source)
+}
+
+// GCInterval and GCGrace pace the garbage collection of cloud instances that
+// carry our tags but belong to no pool.
+const (
+	GCInterval = time.Minute
+	GCGrace    = 10 * time.Minute
+)
+
+// collectGarbage terminates, every GCInterval, the provider's instances of
+// pools that do not exist (after GCGrace), until ctx ends.
+func (e *Engines) collectGarbage(ctx context.Context, prov provider.Provider) {
+	t := e.clock.NewTicker(GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		pools, err := e.existing(ctx)
+		if err != nil {
+			e.logger.Warn("gc: listing pools", "err", err)
+			continue
+		}
+		done, err := gc.Collect(ctx, prov, pools, e.clock.Now(), GCGrace)
+		for _, in := range done {
+			e.recorder.Eventf(events.TypeWarning, "GarbageCollected", in.Pool, in.ID,
+				"terminated %s: tagged for pool %s, which does not exist", in.ID, in.Pool)
+		}
+		if err != nil {
+			e.logger.Warn("gc", "provider", prov.Name(), "err", err)
+		}
+	}
 }
