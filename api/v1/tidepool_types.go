@@ -128,6 +128,15 @@ type TidePoolSpec struct {
 	// +optional
 	Local *LocalSpec `json:"local,omitempty"`
 
+	// Pricing overrides the price of this pool's instances (local machines,
+	// negotiated rates) where the catalog and the provider cannot know it.
+	// +optional
+	Pricing *PricingSpec `json:"pricing,omitempty"`
+
+	// Budget limits the pool's monthly spend.
+	// +optional
+	Budget *BudgetSpec `json:"budget,omitempty"`
+
 	// DrainSeconds bounds how long an instance leaving the pool (scale-down)
 	// keeps its in-flight requests before it is terminated. Default 30.
 	// +kubebuilder:validation:Minimum=0
@@ -141,6 +150,46 @@ type SecretReference struct {
 	// Name of the Secret.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+}
+
+// PricingSpec gives a pool's own prices per instance-hour, as decimal
+// strings such as "3.06".
+type PricingSpec struct {
+	// OnDemandPerHour is the on-demand (list) price.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +optional
+	OnDemandPerHour string `json:"onDemandPerHour,omitempty"`
+	// SpotPerHour is the spot price.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +optional
+	SpotPerHour string `json:"spotPerHour,omitempty"`
+	// Currency is an ISO 4217 code; default USD.
+	// +kubebuilder:validation:Pattern=`^[A-Z]{3}$`
+	// +optional
+	Currency string `json:"currency,omitempty"`
+}
+
+// Budget actions.
+const (
+	BudgetAlert        = "Alert"
+	BudgetCapAtMinimum = "CapAtMinimum"
+)
+
+// BudgetSpec is a monthly spending limit (calendar month, UTC).
+type BudgetSpec struct {
+	// Monthly is the amount, a decimal string such as "2500".
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	Monthly string `json:"monthly"`
+	// Currency is an ISO 4217 code; default USD.
+	// +kubebuilder:validation:Pattern=`^[A-Z]{3}$`
+	// +optional
+	Currency string `json:"currency,omitempty"`
+	// Action on crossing: Alert (condition, event, metric) or CapAtMinimum
+	// (also hold the pool at its minimum until the next month).
+	// +kubebuilder:validation:Enum=Alert;CapAtMinimum
+	// +kubebuilder:default=Alert
+	// +optional
+	Action string `json:"action,omitempty"`
 }
 
 // SecretKeyReference names one key of a Secret in the pool's namespace.
@@ -273,6 +322,7 @@ const (
 	ConditionDegraded          = "Degraded"
 	ConditionCapacityAvailable = "CapacityAvailable"
 	ConditionGatewaySynced     = "GatewaySynced"
+	ConditionBudgetExceeded    = "BudgetExceeded"
 )
 
 // TidePoolStatus is what was last observed of a pool.

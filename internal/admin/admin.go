@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/gateway"
@@ -46,9 +47,16 @@ type Options struct {
 	Events   *events.Recorder    // required
 	Backends Backends            // optional
 	Gatherer prometheus.Gatherer // for /metrics; nil serves none
+	// Ledger serves /api/v1/cost; nil answers 404.
+	Ledger *cost.Ledger
 	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
 	// on every endpoint but /healthz.
 	Token string
+	// Dashboard, when set, is the web dashboard (dashboard.Handler): its
+	// page (GET /) and assets (GET /ui/) are served without the token, as
+	// they hold no data and the page asks for the token; its JSON
+	// (/api/v1/timeline, /api/v1/timeseries) sits behind the token.
+	Dashboard http.Handler
 }
 
 // MaxNoticeSeconds bounds a simulated reclaim notice.
@@ -132,6 +140,7 @@ func NewHandler(o Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/events/stream", func(w http.ResponseWriter, r *http.Request) {
 		streamEvents(w, r, o.Events)
 	})
+	mux.HandleFunc("GET /api/v1/cost", costHandler(o.Ledger))
 	mux.HandleFunc("GET /api/v1/backends", func(w http.ResponseWriter, _ *http.Request) {
 		var bs []gateway.BackendStatus
 		if o.Backends != nil {
@@ -145,10 +154,22 @@ func NewHandler(o Options) http.Handler {
 	if o.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	}
-	if o.Token == "" {
-		return mux
+	if o.Dashboard != nil {
+		mux.Handle("GET /api/v1/timeline", o.Dashboard)
+		mux.Handle("GET /api/v1/timeseries", o.Dashboard)
 	}
-	return requireToken(o.Token, mux)
+	var h http.Handler = mux
+	if o.Token != "" {
+		h = requireToken(o.Token, mux)
+	}
+	if o.Dashboard == nil {
+		return h
+	}
+	outer := http.NewServeMux()
+	outer.Handle("GET /{$}", o.Dashboard)
+	outer.Handle("GET /ui/", o.Dashboard)
+	outer.Handle("/", h)
+	return outer
 }
 
 // ParseReclaim reads a reclaim request body: {"noticeSeconds": N}, N a whole

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/gateway"
@@ -133,8 +135,15 @@ func Run(ctx context.Context, o Options) error {
 		router.Set(p.Name, kr)
 		fmt.Fprintf(o.Out, "  pool %s: Kong targets kept at %s\n", p.Name, cfg.AdminURL)
 	}
+	ledger, saveLedger, err := openLedger(o.StateDir, o.Logger)
+	if err != nil {
+		_ = prov.Close(context.Background())
+		return err
+	}
+	reg.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
 	mgr, err := engine.NewManager(engine.Options{Provider: prov, Registrar: router, Recorder: rec,
-		Registry: reg, Logger: o.Logger})
+		Registry: reg, Logger: o.Logger,
+		Costing: &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()}})
 	if err != nil {
 		_ = prov.Close(context.Background())
 		return err
@@ -151,7 +160,7 @@ func Run(ctx context.Context, o Options) error {
 
 	gwSrv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
-		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken})}
+		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger})}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- serve(gwSrv, gwLn, "gateway") }()
 	go func() { serveErr <- serve(adminSrv, adminLn, "admin") }()
@@ -164,6 +173,21 @@ func Run(ctx context.Context, o Options) error {
 	for _, in := range stopped {
 		fmt.Fprintf(o.Out, "  stopped %s (pool %s, no longer configured) left by the previous run\n", in.ID, in.Pool)
 	}
+
+	saveDone := make(chan struct{})
+	go func() {
+		defer close(saveDone)
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-engineCtx.Done():
+				return
+			case <-t.C:
+				saveLedger()
+			}
+		}
+	}()
 
 	var runErr error
 	if waitReady(ctx, mgr, o.Out, o.ReadyTimeout, serveErr, &runErr) {
@@ -186,12 +210,54 @@ func Run(ctx context.Context, o Options) error {
 	_ = gwSrv.Shutdown(shutCtx)
 	stopEngine()
 	<-engineDone
+	<-saveDone
 	if err := prov.Close(shutCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("stopping instances: %w", err))
 	}
+	// The instances are stopped: their spend ends now, not when the next
+	// run first looks.
+	stoppedAt := time.Now()
+	for _, p := range o.Pools {
+		_ = ledger.SyncPool(p.Name, nil, stoppedAt, func(cost.InstanceInfo) (cost.Price, cost.Price, error) {
+			return cost.Price{}, cost.Price{}, errors.New("no new instances at shutdown")
+		})
+	}
+	saveLedger()
 	_ = adminSrv.Shutdown(shutCtx)
 	fmt.Fprintln(o.Out, "TideGPU stopped; no instance left running.")
 	return runErr
+}
+
+// openLedger restores the cost ledger from STATE_DIR/cost.json, so spend
+// continues across restarts, and returns a function that saves it
+// atomically.
+func openLedger(dir string, logger *slog.Logger) (*cost.Ledger, func(), error) {
+	l := cost.NewLedger(cost.Options{})
+	path := filepath.Join(dir, "cost.json")
+	if b, err := os.ReadFile(path); err == nil {
+		if err := l.Restore(b); err != nil {
+			return nil, nil, fmt.Errorf("restoring the cost ledger from %s: %w (move the file away to start afresh)", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	save := func() {
+		b, err := l.Snapshot()
+		if err != nil {
+			logger.Warn("saving the cost ledger", "err", err)
+			return
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, path)
+			if err != nil {
+				logger.Warn("saving the cost ledger", "err", err)
+			}
+		} else {
+			logger.Warn("saving the cost ledger", "err", err)
+		}
+	}
+	return l, save, nil
 }
 
 func serve(s *http.Server, ln net.Listener, what string) error {

@@ -42,6 +42,9 @@ type Options struct {
 	// once its status is written (the operator writes it to the CR then).
 	// It must not block.
 	OnRound func(pool string)
+	// Costing, if set, records instances in the cost ledger and enforces
+	// budgets.
+	Costing *Costing
 }
 
 // Manager runs one Pool loop per pool and routes provider events to them.
@@ -84,7 +87,7 @@ func NewManager(opts Options) (*Manager, error) {
 		deps: &deps{
 			provider: opts.Provider, registrar: opts.Registrar, recorder: opts.Recorder,
 			clock: opts.Clock, metrics: opts.Metrics, logger: opts.Logger,
-			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound,
+			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound, costing: opts.Costing,
 		},
 		pools:  map[string]*Pool{},
 		cancel: map[string]context.CancelFunc{},

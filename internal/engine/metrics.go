@@ -15,6 +15,7 @@ type Metrics struct {
 	readySeconds      *prometheus.HistogramVec
 	reconcileDuration *prometheus.HistogramVec
 	reconcileErrors   *prometheus.CounterVec
+	budgetExceeded    *prometheus.GaugeVec
 }
 
 // NewMetrics creates the engine's series and registers them with reg (nil
@@ -42,10 +43,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one observe-plan-apply round.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"pool"}),
 		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidegpu_pool_round_errors_total",
 			Help: "Rounds that ended in an error (retried with backoff)."}, []string{"pool"}),
+		budgetExceeded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidegpu_pool_budget_exceeded",
+			Help: "1 while the pool's monthly budget is spent."}, []string{"pool"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.desired, m.ready, m.launches, m.launchFailures, m.terminations, m.lost,
-			m.interruptions, m.readySeconds, m.reconcileDuration, m.reconcileErrors)
+			m.interruptions, m.readySeconds, m.reconcileDuration, m.reconcileErrors, m.budgetExceeded)
 	}
 	return m
 }
@@ -53,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) forget(pool string) {
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.desired, m.ready, m.launches, m.launchFailures, m.terminations, m.lost, m.interruptions,
-		m.readySeconds, m.reconcileDuration, m.reconcileErrors} {
+		m.readySeconds, m.reconcileDuration, m.reconcileErrors, m.budgetExceeded} {
 		v.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	}
 }

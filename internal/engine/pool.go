@@ -52,6 +52,14 @@ type Pool struct {
 	blocked     time.Time
 	lastTargets []registrar.Target
 	synced      bool
+
+	// cost
+	budgetAt       time.Time
+	budgetExceeded bool
+	holdUntil      time.Time
+	offeringsAt    time.Time
+	costErr        string
+	runCtx         context.Context
 }
 
 type deps struct {
@@ -64,6 +72,7 @@ type deps struct {
 	logger    *slog.Logger
 	resync    time.Duration
 	onRound   func(pool string)
+	costing   *Costing
 }
 
 func newPool(name string, d *deps) *Pool {
@@ -78,6 +87,15 @@ func newPool(name string, d *deps) *Pool {
 		probing: map[string]context.CancelFunc{},
 		lost:    map[string]string{},
 	}
+}
+
+func (p *Pool) ctx() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.runCtx == nil {
+		return context.Background()
+	}
+	return p.runCtx
 }
 
 // Name is the pool's name.
@@ -116,6 +134,9 @@ func (p *Pool) Status() tidev1.TidePoolStatus {
 // run is the pool's loop; it returns when ctx ends.
 func (p *Pool) run(ctx context.Context) {
 	defer close(p.done)
+	p.mu.Lock()
+	p.runCtx = ctx
+	p.mu.Unlock()
 	timer := p.deps.clock.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -231,6 +252,13 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	}
 	blocked := p.blocked
 	p.mu.Unlock()
+
+	if hold := p.recordCost(&spec, insts, now); now.Before(hold) && spec.DesiredReplicas() > spec.Minimum {
+		// CapAtMinimum: the budget is spent; hold the pool at its minimum
+		// until the next period.
+		m := spec.Minimum
+		spec.Replicas = &m
+	}
 
 	plan := Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked})
 

@@ -1,0 +1,121 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/cost"
+)
+
+// CostView is one pool's cost over a window, as `tidegpu cost` and the
+// dashboard show it. Amounts are in Currency.
+type CostView struct {
+	Name               string             `json:"name"`
+	Currency           string             `json:"currency"`
+	Spend              float64            `json:"spend"`
+	RunRatePerHour     float64            `json:"runRatePerHour"`
+	OnDemandEquivalent float64            `json:"onDemandEquivalent"`
+	Savings            float64            `json:"savings"`
+	IdleCost           float64            `json:"idleCost"`
+	InstanceHours      float64            `json:"instanceHours"`
+	BusyHours          float64            `json:"busyHours"`
+	SpendBySource      map[string]float64 `json:"spendBySource"`
+	// CostPerMillionTokens by model and basis (allocation: all instance
+	// cost; usage: cost while serving).
+	CostPerMillionTokens []TokenCost `json:"costPerMillionTokens"`
+}
+
+// TokenCost is the cost of a million tokens of one model on one basis.
+type TokenCost struct {
+	Model  string  `json:"model"`
+	Basis  string  `json:"basis"`
+	Value  float64 `json:"value"`
+	Tokens float64 `json:"tokens"`
+}
+
+// CostReport is the answer of GET /api/v1/cost.
+type CostReport struct {
+	From  time.Time  `json:"from"`
+	To    time.Time  `json:"to"`
+	Pools []CostView `json:"pools"`
+}
+
+// BuildCostReport summarises the ledger over [now-window, now). Pure given
+// the ledger.
+func BuildCostReport(l *cost.Ledger, now time.Time, window time.Duration) CostReport {
+	w := cost.Window{From: now.Add(-window), To: now}
+	out := CostReport{From: w.From, To: w.To, Pools: []CostView{}}
+	for _, r := range l.Report("", w) {
+		v := CostView{Name: r.Pool, Currency: r.Currency, Spend: r.EffectiveCost.Float(),
+			OnDemandEquivalent: r.ListCost.Float(), Savings: r.Savings.Float(), IdleCost: r.IdleCost.Float(),
+			RunRatePerHour: r.RunRatePerHour.Float(), InstanceHours: r.InstanceHours, BusyHours: r.BusyHours,
+			SpendBySource: map[string]float64{}, CostPerMillionTokens: []TokenCost{}}
+		// The report's run-rate is of the window's end, which excludes
+		// what runs at now; ask for the instant itself.
+		for _, m := range l.RunRate(r.Pool, now.Add(-time.Nanosecond)) {
+			if m.Currency == r.Currency {
+				v.RunRatePerHour = m.Float()
+			}
+		}
+		for s, m := range r.CostBySource {
+			v.SpendBySource[s] = m.Float()
+		}
+		for _, m := range r.Models {
+			if !m.HasTokens {
+				continue
+			}
+			tok := m.PromptTokens + m.CompletionTokens
+			v.CostPerMillionTokens = append(v.CostPerMillionTokens,
+				TokenCost{Model: m.Model, Basis: "allocation", Value: m.PerMillionAllocation, Tokens: tok},
+				TokenCost{Model: m.Model, Basis: "usage", Value: m.PerMillionUsage, Tokens: tok})
+		}
+		out.Pools = append(out.Pools, v)
+	}
+	sort.Slice(out.Pools, func(i, j int) bool {
+		if out.Pools[i].Name != out.Pools[j].Name {
+			return out.Pools[i].Name < out.Pools[j].Name
+		}
+		return out.Pools[i].Currency < out.Pools[j].Currency
+	})
+	return out
+}
+
+// ParseWindow reads ?window= (a Go duration such as 24h or 30m; default 24h,
+// at most 400 days).
+func ParseWindow(s string) (time.Duration, error) {
+	if s == "" {
+		return 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > 400*24*time.Hour {
+		return 0, fmt.Errorf("window: %q is not a duration between 1s and 9600h: use e.g. 24h or 720h", s)
+	}
+	return d, nil
+}
+
+func costHandler(l *cost.Ledger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if l == nil {
+			writeError(w, http.StatusNotFound, "cost tracking is off in this process")
+			return
+		}
+		window, err := ParseWindow(r.URL.Query().Get("window"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		now := time.Now()
+		switch f := r.URL.Query().Get("format"); f {
+		case "", "json":
+			writeJSON(w, http.StatusOK, BuildCostReport(l, now, window))
+		case "focus-csv":
+			w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+			w.Header().Set("Content-Disposition", `attachment; filename="tidegpu-focus.csv"`)
+			_ = cost.WriteFOCUSCSV(w, l.FOCUSRows(cost.Window{From: now.Add(-window), To: now}))
+		default:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("format: %q is not supported: use json or focus-csv", f))
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/provider"
+)
+
+// Costing connects the engine to the cost ledger: every round records the
+// pool's live instances and their prices, and evaluates the pool's budget.
+type Costing struct {
+	Ledger *cost.Ledger
+	// Catalog and Live feed the price resolver; Catalog defaults to
+	// cost.DefaultCatalog().
+	Catalog *cost.Catalog
+	Live    *cost.LivePrices
+	// BudgetEvery paces budget evaluation; default 10 s.
+	BudgetEvery time.Duration
+}
+
+// Overrides turns a pool's spec.pricing into resolver overrides.
+func Overrides(pool string, spec *tidev1.TidePoolSpec) ([]cost.Override, error) {
+	pr := spec.Pricing
+	if pr == nil {
+		return nil, nil
+	}
+	cur := pr.Currency
+	if cur == "" {
+		cur = "USD"
+	}
+	var out []cost.Override
+	for _, e := range []struct {
+		field, v string
+		market   provider.Market
+	}{{"spec.pricing.spotPerHour", pr.SpotPerHour, provider.MarketSpot}, {"spec.pricing.onDemandPerHour", pr.OnDemandPerHour, provider.MarketOnDemand}} {
+		if e.v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(e.v, 64)
+		if err != nil || f < 0 {
+			return nil, fmt.Errorf("%s: %q is not a price: use a decimal such as 3.06", e.field, e.v)
+		}
+		out = append(out, cost.Override{Pool: pool, Market: e.market, PerHour: f, Currency: cur})
+	}
+	return out, nil
+}
+
+// BudgetFor turns spec.budget into the cost package's budget.
+func BudgetFor(spec *tidev1.TidePoolSpec) (cost.Budget, bool) {
+	b := spec.Budget
+	if b == nil {
+		return cost.Budget{}, false
+	}
+	cur, action := b.Currency, b.Action
+	if cur == "" {
+		cur = "USD"
+	}
+	if action == "" {
+		action = tidev1.BudgetAlert
+	}
+	return cost.Budget{MonthlyAmount: b.Monthly, Currency: cur, Action: cost.BudgetAction(action)}, true
+}
+
+// recordCost feeds the ledger with the round's instances and evaluates the
+// budget. It returns the time until which the pool must be held at its
+// minimum (zero for none).
+func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, now time.Time) time.Time {
+	c := p.deps.costing
+	if c == nil || c.Ledger == nil {
+		return time.Time{}
+	}
+	overrides, err := Overrides(p.name, spec)
+	if err != nil {
+		p.deps.logger.Warn("pricing", "pool", p.name, "err", err)
+	}
+	res := &cost.Resolver{Catalog: c.Catalog, Live: c.Live, Overrides: overrides}
+	if res.Catalog == nil {
+		res.Catalog = cost.DefaultCatalog()
+	}
+	if src, ok := p.deps.provider.(provider.OfferingSource); ok && c.Live != nil && p.offeringsDue(now) {
+		if offs, err := src.Offerings(p.ctx(), spec); err == nil {
+			c.Live.Update(p.deps.provider.Name(), spec.Region, offs, now)
+		}
+	}
+	infos := make([]cost.InstanceInfo, 0, len(insts))
+	for _, in := range insts {
+		infos = append(infos, cost.InfoFor(in, p.deps.provider.Name(), spec.Region, spec.Serving.Models))
+	}
+	if err := c.Ledger.SyncPool(p.name, infos, now, func(i cost.InstanceInfo) (cost.Price, cost.Price, error) {
+		return res.Prices(i.Query(), now)
+	}); err != nil {
+		p.noteCostError(err)
+	}
+	b, ok := BudgetFor(spec)
+	if !ok {
+		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "NoBudget", "the pool has no budget")
+		return time.Time{}
+	}
+	every := c.BudgetEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	p.mu.Lock()
+	due := now.Sub(p.budgetAt) >= every
+	hold := p.holdUntil
+	p.mu.Unlock()
+	if !due {
+		return hold
+	}
+	st, err := cost.EvaluateBudget(c.Ledger, p.name, b, now)
+	if err != nil {
+		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionUnknown, "InvalidBudget", err.Error())
+		return time.Time{}
+	}
+	p.mu.Lock()
+	p.budgetAt = now
+	was := p.budgetExceeded
+	p.budgetExceeded = st.Exceeded
+	p.holdUntil = time.Time{}
+	if st.Decision == cost.DecisionHoldAtMinimum && st.HoldUntil != nil {
+		p.holdUntil = *st.HoldUntil
+	}
+	hold = p.holdUntil
+	p.mu.Unlock()
+	p.deps.metrics.budgetExceeded.WithLabelValues(p.name).Set(boolFloat(st.Exceeded))
+	if st.Exceeded {
+		msg := fmt.Sprintf("spent %.2f %s of the %s %s monthly budget", st.Spent.Float(), st.Spent.Currency, b.MonthlyAmount, b.Currency)
+		if !hold.IsZero() {
+			msg += fmt.Sprintf("; holding the pool at its minimum until %s", hold.Format(time.RFC3339))
+		}
+		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionTrue, "Exceeded", msg)
+		if !was {
+			p.deps.recorder.Eventf(events.TypeWarning, "BudgetExceeded", p.name, "", "%s", msg)
+		}
+	} else {
+		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "WithinBudget",
+			fmt.Sprintf("spent %.2f of %s %s; forecast %.2f", st.Spent.Float(), b.MonthlyAmount, b.Currency, st.Forecast.Float()))
+	}
+	return hold
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// offeringsDue paces live price look-ups to one a minute per pool.
+func (p *Pool) offeringsDue(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.offeringsAt) < time.Minute {
+		return false
+	}
+	p.offeringsAt = now
+	return true
+}
+
+func (p *Pool) noteCostError(err error) {
+	p.mu.Lock()
+	first := p.costErr == ""
+	p.costErr = err.Error()
+	p.mu.Unlock()
+	if first {
+		p.deps.recorder.Eventf(events.TypeWarning, "PriceUnknown", p.name, "", "cost: %v", err)
+	}
+}

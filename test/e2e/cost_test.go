@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/admin"
+)
+
+func (u *upProc) cost(t *testing.T) admin.CostView {
+	t.Helper()
+	resp, err := http.Get(u.admin + "/api/v1/cost?window=24h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep admin.CostReport
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Pools {
+		if p.Name == "priced" {
+			return p
+		}
+	}
+	return admin.CostView{}
+}
+
+// A pool with its own prices: spend is instance-hours x the spot price,
+// savings the on-demand difference, both labelled as overrides; after a
+// restart spend goes on from where it was, counting nothing twice.
+func TestCostFollowsThePoolAcrossRestarts(t *testing.T) {
+	const spot, onDemand = 3.6, 7.2 // $/h: 0.001 and 0.002 $/s
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pool.yaml")
+	pool := "apiVersion: tidegpu.eja.dev/v1\nkind: TidePool\nmetadata:\n  name: priced\nspec:\n  minimum: 2\n  maximum: 2\n  pricing:\n    spotPerHour: \"3.6\"\n    onDemandPerHour: \"7.2\"\n"
+	if err := os.WriteFile(file, []byte(pool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	u := startUp(t, state, "-f", file)
+	u.waitReady("priced", 2, 30*time.Second)
+	start := time.Now()
+	eventually(t, 10*time.Second, "some spend", func() bool { return u.cost(t).InstanceHours*3600 > 2 })
+	c := u.cost(t)
+	elapsed := time.Since(start).Seconds()
+	t.Logf("after %.1fs: %.2f instance-seconds, spend %.6f, on-demand %.6f, savings %.6f, run-rate %.2f/h, sources %v",
+		elapsed, c.InstanceHours*3600, c.Spend, c.OnDemandEquivalent, c.Savings, c.RunRatePerHour, c.SpendBySource)
+	if rel(c.Spend, c.InstanceHours*spot) > 0.01 {
+		t.Errorf("spend %.6f != instance-hours %.6f x %.2f", c.Spend, c.InstanceHours, spot)
+	}
+	if rel(c.Savings, c.InstanceHours*(onDemand-spot)) > 0.01 {
+		t.Errorf("savings %.6f != instance-hours x (%.2f - %.2f)", c.Savings, onDemand, spot)
+	}
+	if rel(c.RunRatePerHour, 2*spot) > 0.01 {
+		t.Errorf("run-rate %.4f/h, want 2 x %.2f", c.RunRatePerHour, spot)
+	}
+	if c.SpendBySource["override"] <= 0 {
+		t.Errorf("spend not labelled as override: %v", c.SpendBySource)
+	}
+
+	before := u.cost(t).Spend
+	read := time.Now()
+	u.stop(syscall.SIGTERM)
+	if _, err := os.Stat(filepath.Join(state, "cost.json")); err != nil {
+		t.Fatalf("no cost ledger saved on shutdown: %v", err)
+	}
+	u2 := startUp(t, state, "-f", file)
+	u2.waitReady("priced", 2, 30*time.Second)
+	after := u2.cost(t)
+	gap := time.Since(read).Seconds()
+	t.Logf("spend before restart %.6f, right after %.6f (%.1fs later)", before, after.Spend, gap)
+	if after.Spend+1e-9 < before {
+		t.Errorf("spend went back from %.6f to %.6f across the restart", before, after.Spend)
+	}
+	// At most two instances ran at any moment since the last reading:
+	// anything more was counted twice.
+	if max := before + 2*spot/3600*gap; after.Spend > max*1.01 {
+		t.Errorf("spend %.6f after the restart exceeds %.6f (two instances for %.1fs): counted twice?", after.Spend, max, gap)
+	}
+}
+
+func rel(a, b float64) float64 {
+	if b == 0 {
+		return math.Abs(a)
+	}
+	return math.Abs(a-b) / math.Abs(b)
+}
