@@ -128,6 +128,11 @@ type TidePoolSpec struct {
 	// +optional
 	Local *LocalSpec `json:"local,omitempty"`
 
+	// Autoscaling sets the wanted size from inference signals between
+	// minimum and maximum (HPA algorithm, panic mode, schedules, prediction).
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+
 	// Pricing overrides the price of this pool's instances (local machines,
 	// negotiated rates) where the catalog and the provider cannot know it.
 	// +optional
@@ -342,6 +347,9 @@ type TidePoolStatus struct {
 	// Instances of the pool.
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`
+	// Autoscaling is the autoscaler's last decision.
+	// +optional
+	Autoscaling *AutoscalingStatus `json:"autoscaling,omitempty"`
 	// Conditions say why the pool is or is not Ready.
 	// +optional
 	// +listType=map

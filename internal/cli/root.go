@@ -40,7 +40,7 @@ Then look:                      tidegpu status`,
 		SilenceErrors: true,
 		Version:       version(),
 	}
-	root.AddCommand(NewUpCommand(), NewSimCommand(), NewStatusCommand(), NewOperatorCommand(), NewGatewayCommand(), NewCostCommand())
+	root.AddCommand(NewUpCommand(), NewSimCommand(), NewStatusCommand(), NewOperatorCommand(), NewGatewayCommand(), NewCostCommand(), NewAgentCommand())
 	return root
 }
 

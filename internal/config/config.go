@@ -16,9 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/autoscale"
+	"github.com/tidegpu/tidegpu/internal/cost"
 )
 
 // Kind is the only kind `tidegpu up` accepts today.
@@ -200,6 +203,38 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 	}
 	if s.DrainSeconds != nil && (*s.DrainSeconds < 0 || *s.DrainSeconds > 3600) {
 		errs = append(errs, field.Invalid(spec.Child("drainSeconds"), *s.DrainSeconds, "must be between 0 and 3600"))
+	}
+	if a := s.Autoscaling; a != nil {
+		cfg := *a.DeepCopy()
+		if cfg.MinReplicas == 0 || cfg.MinReplicas < s.Minimum {
+			cfg.MinReplicas = s.Minimum
+		}
+		if cfg.MaxReplicas == 0 || cfg.MaxReplicas > s.Maximum {
+			cfg.MaxReplicas = s.Maximum
+		}
+		if _, err := autoscale.New(cfg, clock.RealClock{}); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("autoscaling"), "", err.Error()))
+		}
+	}
+	if pr := s.Pricing; pr != nil {
+		for name, v := range map[string]string{"onDemandPerHour": pr.OnDemandPerHour, "spotPerHour": pr.SpotPerHour} {
+			if v == "" {
+				continue
+			}
+			if _, err := cost.ParseAmount(v); err != nil {
+				errs = append(errs, field.Invalid(spec.Child("pricing", name), v, "must be a decimal price such as 3.06"))
+			}
+		}
+	}
+	if b := s.Budget; b != nil {
+		if _, err := cost.ParseAmount(b.Monthly); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("budget", "monthly"), b.Monthly, "must be a decimal amount such as 2500"))
+		}
+		switch b.Action {
+		case "", tidev1.BudgetAlert, tidev1.BudgetCapAtMinimum:
+		default:
+			errs = append(errs, field.NotSupported(spec.Child("budget", "action"), b.Action, []string{tidev1.BudgetAlert, tidev1.BudgetCapAtMinimum}))
+		}
 	}
 	if l := s.Local; l != nil {
 		lp := spec.Child("local")

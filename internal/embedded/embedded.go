@@ -142,7 +142,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	reg.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
 	mgr, err := engine.NewManager(engine.Options{Provider: prov, Registrar: router, Recorder: rec,
-		Registry: reg, Logger: o.Logger,
+		Registry: reg, Logger: o.Logger, Signals: newGatewaySignals(gw),
 		Costing: &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()}})
 	if err != nil {
 		_ = prov.Close(context.Background())

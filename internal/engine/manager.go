@@ -45,6 +45,9 @@ type Options struct {
 	// Costing, if set, records instances in the cost ledger and enforces
 	// budgets.
 	Costing *Costing
+	// Signals feeds pools' autoscalers (spec.autoscaling); nil means no
+	// observations, so autoscalers hold their size.
+	Signals Signals
 }
 
 // Manager runs one Pool loop per pool and routes provider events to them.
@@ -87,7 +90,7 @@ func NewManager(opts Options) (*Manager, error) {
 		deps: &deps{
 			provider: opts.Provider, registrar: opts.Registrar, recorder: opts.Recorder,
 			clock: opts.Clock, metrics: opts.Metrics, logger: opts.Logger,
-			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound, costing: opts.Costing,
+			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound, costing: opts.Costing, signals: opts.Signals,
 		},
 		pools:  map[string]*Pool{},
 		cancel: map[string]context.CancelFunc{},

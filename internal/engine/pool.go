@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/autoscale"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/registrar"
@@ -60,6 +61,12 @@ type Pool struct {
 	offeringsAt    time.Time
 	costErr        string
 	runCtx         context.Context
+
+	// autoscaling
+	scaler      *autoscale.Autoscaler
+	scalerCfg   string
+	scaledAt    time.Time
+	autoDesired int32
 }
 
 type deps struct {
@@ -73,6 +80,7 @@ type deps struct {
 	resync    time.Duration
 	onRound   func(pool string)
 	costing   *Costing
+	signals   Signals
 }
 
 func newPool(name string, d *deps) *Pool {
@@ -253,6 +261,19 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	blocked := p.blocked
 	p.mu.Unlock()
 
+	var current, ready int32
+	for _, v := range views {
+		if v.State != provider.StateTerminating && v.InterruptAt == nil && v.DrainDeadline == nil {
+			current++
+			if v.Ready {
+				ready++
+			}
+		}
+	}
+	autoDesired, autoRequeue := p.autoscale(&spec, current, ready, now)
+	if autoDesired > 0 {
+		spec.Replicas = &autoDesired
+	}
 	if hold := p.recordCost(&spec, insts, now); now.Before(hold) && spec.DesiredReplicas() > spec.Minimum {
 		// CapAtMinimum: the budget is spent; hold the pool at its minimum
 		// until the next period.
@@ -312,6 +333,9 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		errs = append(errs, fmt.Errorf("syncing gateway: %w", syncErr))
 	}
 	requeue := plan.Requeue
+	if autoRequeue > 0 && (requeue == 0 || autoRequeue < requeue) {
+		requeue = autoRequeue
+	}
 	if len(launched) > 0 {
 		// New instances change the picture; look again soon.
 		requeue = time.Millisecond

@@ -1,0 +1,320 @@
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The types of this file configure autoscaling (spec.autoscaling of a
+// TidePool; the same type serves AIBalancer). internal/autoscale implements
+// them.
+
+// AutoscalingSpec is the autoscaling configuration of one pool.
+type AutoscalingSpec struct {
+	// MinReplicas is the lowest size the autoscaler recommends. On a
+	// TidePool, unset means spec.minimum.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the highest size the autoscaler recommends. On a
+	// TidePool, unset means spec.maximum.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+
+	// Metrics drive the reactive (HPA) recommender; the largest
+	// recommendation over all metrics wins, as in the HPA.
+	// +optional
+	Metrics []MetricSpec `json:"metrics,omitempty"`
+
+	// Behavior configures stabilisation windows and rate policies exactly
+	// like autoscaling/v2's HorizontalPodAutoscalerBehavior. Unset (or unset
+	// fields) take the HPA defaults.
+	// +optional
+	Behavior *Behavior `json:"behavior,omitempty"`
+
+	// Panic enables Knative-style panic mode. Unset means off.
+	// +optional
+	Panic *PanicSpec `json:"panic,omitempty"`
+
+	// Schedules raise the minimum during cron windows.
+	// +optional
+	Schedules []ScheduleSpec `json:"schedules,omitempty"`
+
+	// Predictive enables the recommender that learns the daily or weekly
+	// load profile and scales ahead of it. Unset means off.
+	// +optional
+	Predictive *PredictiveSpec `json:"predictive,omitempty"`
+
+	// MetricMaxAge is how old an observation may be before it counts as
+	// missing. Default 60s.
+	// +optional
+	MetricMaxAge *metav1.Duration `json:"metricMaxAge,omitempty"`
+}
+
+// MetricType names what a metric measures and how it turns into replicas.
+// +kubebuilder:validation:Enum=QPS;Concurrency;QueueLength;Latency;GPUUtilization;PromQL
+type MetricType string
+
+// Metric types.
+//
+// QPS, Concurrency and QueueLength are additive: the observation is the pool
+// total and the target is per instance, so desired = ceil(total / target)
+// (the HPA's External metric with an AverageValue target). Latency,
+// GPUUtilization and PromQL with a Value target are not additive: the
+// observation is a pool-wide value and desired = ceil(ready × value /
+// target) (the HPA's Object metric with a Value target).
+const (
+	// MetricQPS is requests per second; target per instance.
+	MetricQPS MetricType = "QPS"
+	// MetricConcurrency is requests in flight; target per instance.
+	MetricConcurrency MetricType = "Concurrency"
+	// MetricQueueLength is requests waiting for a slot; target per instance.
+	MetricQueueLength MetricType = "QueueLength"
+	// MetricLatency is a latency percentile in milliseconds; target in ms.
+	MetricLatency MetricType = "Latency"
+	// MetricGPUUtilization is the mean GPU utilisation in percent (0-100).
+	MetricGPUUtilization MetricType = "GPUUtilization"
+	// MetricPromQL is the value of a PromQL query; see TargetType.
+	MetricPromQL MetricType = "PromQL"
+)
+
+// TargetType says how a PromQL metric's value relates to replicas.
+// +kubebuilder:validation:Enum=AverageValue;Value
+type TargetType string
+
+// Target types (the HPA's MetricTargetType names).
+const (
+	// TargetAverageValue: the query returns a pool total, the target is per
+	// instance.
+	TargetAverageValue TargetType = "AverageValue"
+	// TargetValue: the query returns a pool-wide value compared with the
+	// target as is.
+	TargetValue TargetType = "Value"
+)
+
+// MetricSpec is one metric the reactive recommender follows.
+type MetricSpec struct {
+	// Type of the metric.
+	Type MetricType `json:"type"`
+
+	// Name identifies the metric in observations and decisions. Default:
+	// qps, concurrency, queue-length, latency-pNN, gpu-utilization; required
+	// for PromQL.
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// Target is the wanted value: per instance for QPS, Concurrency,
+	// QueueLength and PromQL AverageValue; milliseconds for Latency;
+	// percent for GPUUtilization.
+	Target resource.Quantity `json:"target"`
+
+	// Percentile of the latency distribution (Latency only), 1-99. Default 95.
+	// +optional
+	Percentile *int32 `json:"percentile,omitempty"`
+
+	// Query is the PromQL expression (PromQL only). The autoscaler does not
+	// run it; the metrics source does and reports its value under Name.
+	// +optional
+	Query string `json:"query,omitempty"`
+
+	// TargetType for PromQL: AverageValue (default) or Value.
+	// +optional
+	TargetType TargetType `json:"targetType,omitempty"`
+}
+
+// Behavior mirrors autoscaling/v2 HorizontalPodAutoscalerBehavior.
+type Behavior struct {
+	// ScaleUp rules. Default: no stabilisation; policies 100 % or 4 pods per
+	// 15 s; selectPolicy Max.
+	// +optional
+	ScaleUp *ScalingRules `json:"scaleUp,omitempty"`
+	// ScaleDown rules. Default: 300 s stabilisation; policy 100 % per 15 s.
+	// +optional
+	ScaleDown *ScalingRules `json:"scaleDown,omitempty"`
+}
+
+// SelectPolicy picks among the policies of one direction.
+// +kubebuilder:validation:Enum=Max;Min;Disabled
+type SelectPolicy string
+
+// Select policies.
+const (
+	// SelectMax allows the largest change any policy allows.
+	SelectMax SelectPolicy = "Max"
+	// SelectMin allows the smallest change any policy allows.
+	SelectMin SelectPolicy = "Min"
+	// SelectDisabled forbids scaling in that direction.
+	SelectDisabled SelectPolicy = "Disabled"
+)
+
+// ScalingRules mirrors autoscaling/v2 HPAScalingRules.
+type ScalingRules struct {
+	// StabilizationWindowSeconds: past recommendations considered, 0-3600.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	StabilizationWindowSeconds *int32 `json:"stabilizationWindowSeconds,omitempty"`
+
+	// SelectPolicy: Max (default), Min or Disabled.
+	// +optional
+	SelectPolicy *SelectPolicy `json:"selectPolicy,omitempty"`
+
+	// Policies limit the rate of change. Empty means the default.
+	// +optional
+	Policies []ScalingPolicy `json:"policies,omitempty"`
+
+	// Tolerance on the usage ratio in this direction (for example 0.1 for
+	// 10 %), like the HPA's per-direction tolerance. Default 0.1.
+	// +optional
+	Tolerance *resource.Quantity `json:"tolerance,omitempty"`
+}
+
+// ScalingPolicyType is Pods or Percent.
+// +kubebuilder:validation:Enum=Pods;Percent
+type ScalingPolicyType string
+
+// Scaling policy types.
+const (
+	// PolicyPods allows Value instances of change per period.
+	PolicyPods ScalingPolicyType = "Pods"
+	// PolicyPercent allows Value percent of the size at the period's start.
+	PolicyPercent ScalingPolicyType = "Percent"
+)
+
+// ScalingPolicy mirrors autoscaling/v2 HPAScalingPolicy.
+type ScalingPolicy struct {
+	// Type is Pods or Percent.
+	Type ScalingPolicyType `json:"type"`
+	// Value is the change allowed per period, > 0.
+	// +kubebuilder:validation:Minimum=1
+	Value int32 `json:"value"`
+	// PeriodSeconds the policy holds over, 1-1800.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1800
+	PeriodSeconds int32 `json:"periodSeconds"`
+}
+
+// PanicSpec configures Knative-style panic mode. It looks at the additive
+// metrics (QPS, Concurrency, QueueLength, PromQL AverageValue). With panic
+// mode on, those metrics are read as Knative does: the reactive (and
+// predictive) recommenders use the mean of the observations over
+// StableWindow, panic mode their mean over PanicWindow, so feed raw
+// observations (every few seconds) rather than pre-averaged ones.
+type PanicSpec struct {
+	// StableWindow: panic ends once the load has stayed under the threshold
+	// this long. Default 60s.
+	// +optional
+	StableWindow *metav1.Duration `json:"stableWindow,omitempty"`
+	// PanicWindow: observations averaged to detect a burst. Default 6s.
+	// +optional
+	PanicWindow *metav1.Duration `json:"panicWindow,omitempty"`
+	// ThresholdPercent: panic when the panic window needs at least this
+	// percentage of the ready instances. Default 200, minimum 110.
+	// +optional
+	ThresholdPercent *int32 `json:"thresholdPercent,omitempty"`
+}
+
+// ScheduleSpec raises the minimum to MinReplicas from each Start until the
+// next End (KEDA's cron scaler semantics: active while the next End comes
+// before the next Start).
+type ScheduleSpec struct {
+	// Name for decisions and events.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Start is a 5-field cron expression (minute hour day-of-month month
+	// day-of-week) or @daily/@weekly/@monthly/@yearly/@hourly.
+	Start string `json:"start"`
+	// End is a cron expression like Start.
+	End string `json:"end"`
+	// TimeZone is an IANA zone (Europe/Berlin). Default UTC. Start and End
+	// follow that zone's wall clock; a boundary inside a skipped DST hour
+	// takes effect when the clock jumps.
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+	// MinReplicas while the window is active.
+	// +kubebuilder:validation:Minimum=0
+	MinReplicas int32 `json:"minReplicas"`
+}
+
+// Season is the period of the predictive profile.
+// +kubebuilder:validation:Enum=Daily;Weekly
+type Season string
+
+// Seasons.
+const (
+	// SeasonDaily: one profile per time of day.
+	SeasonDaily Season = "Daily"
+	// SeasonWeekly: one profile per time of week.
+	SeasonWeekly Season = "Weekly"
+)
+
+// Aggregation folds the past seasons of a slot into a forecast.
+// +kubebuilder:validation:Enum=Max;EWMA
+type Aggregation string
+
+// Aggregations.
+const (
+	// AggregateMax forecasts the maximum of the last History seasons.
+	AggregateMax Aggregation = "Max"
+	// AggregateEWMA forecasts an exponentially weighted mean of the last
+	// History seasons, the newest weighted EWMAWeightPercent.
+	AggregateEWMA Aggregation = "EWMA"
+)
+
+// PredictiveSpec configures the predictive recommender.
+type PredictiveSpec struct {
+	// Metric names the additive metric (of Metrics) whose profile is learned
+	// and whose target converts the forecast into replicas.
+	Metric string `json:"metric"`
+	// LeadTime is how far ahead to provision: the measured cold start.
+	LeadTime metav1.Duration `json:"leadTime"`
+	// Season: Daily or Weekly (default).
+	// +optional
+	Season Season `json:"season,omitempty"`
+	// Slot is the profile's resolution. Default 5m; 1m-1h; must divide a day.
+	// +optional
+	Slot *metav1.Duration `json:"slot,omitempty"`
+	// Aggregation: Max (default) or EWMA.
+	// +optional
+	Aggregation Aggregation `json:"aggregation,omitempty"`
+	// History is the number of past seasons kept per slot. Default 4, 1-12.
+	// +optional
+	History *int32 `json:"history,omitempty"`
+	// MinSeasons is how many past seasons a slot needs before it forecasts.
+	// Default 1.
+	// +optional
+	MinSeasons *int32 `json:"minSeasons,omitempty"`
+	// EWMAWeightPercent is the weight of the newest season (EWMA). Default 50.
+	// +optional
+	EWMAWeightPercent *int32 `json:"ewmaWeightPercent,omitempty"`
+	// HeadroomPercent is added to the forecast. Default 0.
+	// +optional
+	HeadroomPercent *int32 `json:"headroomPercent,omitempty"`
+	// TimeZone of the profile's wall clock (IANA). Default UTC.
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// AutoscalingStatus records the autoscaler's last decision.
+type AutoscalingStatus struct {
+	// DesiredReplicas is what the autoscaler wants.
+	DesiredReplicas int32 `json:"desiredReplicas"`
+	// Recommender that won: reactive, panic, predictive, schedule,
+	// minReplicas, maxReplicas or hold.
+	Recommender string `json:"recommender"`
+	// Metric (or schedule) and Value behind the decision.
+	// +optional
+	Metric string `json:"metric,omitempty"`
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Reason is a one-line explanation.
+	Reason string `json:"reason"`
+	// Panic is true while panic mode is active.
+	// +optional
+	Panic bool `json:"panic,omitempty"`
+	// LastScaleTime is when the desired size last changed.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+}

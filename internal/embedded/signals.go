@@ -1,0 +1,58 @@
+package embedded
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/autoscale"
+	"github.com/tidegpu/tidegpu/internal/gateway"
+)
+
+// gatewaySignals derives a pool's autoscaling signals from the embedded
+// gateway's own measurements: concurrency (requests in flight) and QPS
+// (requests started per second since the last look). Queue depth, GPU
+// utilisation and latency percentiles come from the backends' metrics, not
+// from here.
+type gatewaySignals struct {
+	gw *gateway.Gateway
+
+	mu   sync.Mutex
+	last map[string]counterAt
+}
+
+type counterAt struct {
+	requests uint64
+	at       time.Time
+}
+
+func newGatewaySignals(gw *gateway.Gateway) *gatewaySignals {
+	return &gatewaySignals{gw: gw, last: map[string]counterAt{}}
+}
+
+// Observe implements engine.Signals.
+func (s *gatewaySignals) Observe(pool string, now time.Time) []autoscale.Observation {
+	var inFlight int
+	var requests uint64
+	for _, b := range s.gw.Backends() {
+		if b.Pool != pool {
+			continue
+		}
+		inFlight += b.InFlight
+		requests += b.Requests
+	}
+	return s.observe(pool, inFlight, requests, now)
+}
+
+// observe is the pure part: it turns totals into observations.
+func (s *gatewaySignals) observe(pool string, inFlight int, requests uint64, now time.Time) []autoscale.Observation {
+	obs := []autoscale.Observation{{Metric: "concurrency", Value: float64(inFlight), At: now}}
+	s.mu.Lock()
+	prev, ok := s.last[pool]
+	s.last[pool] = counterAt{requests: requests, at: now}
+	s.mu.Unlock()
+	if ok && now.After(prev.at) && requests >= prev.requests {
+		qps := float64(requests-prev.requests) / now.Sub(prev.at).Seconds()
+		obs = append(obs, autoscale.Observation{Metric: "qps", Value: qps, At: now})
+	}
+	return obs
+}
