@@ -131,7 +131,7 @@ func TestKill9UnderLoad(t *testing.T) {
 	if n := l.failedBefore.Load(); n != 0 {
 		t.Errorf("%d requests failed before their answer started", n)
 	}
-	if l.ok.Load() < 100 {
+	if l.ok.Load() < 50 {
 		t.Errorf("only %d requests completed: the load did not run", l.ok.Load())
 	}
 	if !u.hasEvent("InstanceLost", victim) {
