@@ -316,6 +316,10 @@ type InstanceStatus struct {
 	PublicIP string `json:"publicIP,omitempty"`
 	// Phase is Pending, Starting, Ready, Draining or Terminating.
 	Phase string `json:"phase"`
+	// Weight is the instance's share of traffic set by an AIBalancer
+	// (0: the gateway's default).
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
 	// LaunchedAt is when the instance was launched.
 	// +optional
 	LaunchedAt metav1.Time `json:"launchedAt,omitempty"`

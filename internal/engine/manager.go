@@ -277,3 +277,21 @@ func (m *Manager) Notice(pool, id string, at time.Time, source string) error {
 	p.notice(id, at, source)
 	return nil
 }
+
+// SetWeights gives a pool's instances their balancer weights (by instance
+// id; 0 or missing: the gateway's default). The pool re-syncs its gateways
+// at once when they change.
+func (m *Manager) SetWeights(pool string, w map[string]int32) error {
+	m.mu.Lock()
+	p := m.pools[pool]
+	m.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("pool %q: %w", pool, ErrNotFound)
+	}
+	cp := make(map[string]int32, len(w))
+	for k, v := range w {
+		cp[k] = v
+	}
+	p.setWeights(cp)
+	return nil
+}

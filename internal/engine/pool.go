@@ -62,6 +62,9 @@ type Pool struct {
 	costErr        string
 	runCtx         context.Context
 
+	// weights set by a balancer, by instance id
+	weights map[string]int32
+
 	// autoscaling
 	scaler      *autoscale.Autoscaler
 	scalerCfg   string
@@ -282,6 +285,11 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	}
 
 	plan := Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked})
+	p.mu.Lock()
+	for i := range plan.Targets {
+		plan.Targets[i].Weight = int(p.weights[plan.Targets[i].ID])
+	}
+	p.mu.Unlock()
 
 	// 1. The gateway first: nothing dead or leaving stays registered.
 	syncErr := d.registrar.Sync(ctx, p.name, plan.Targets)
@@ -501,6 +509,23 @@ func (p *Pool) stopProbes() {
 	}
 }
 
+// setWeights replaces the balancer's weights and wakes the loop if they
+// changed.
+func (p *Pool) setWeights(w map[string]int32) {
+	p.mu.Lock()
+	same := len(w) == len(p.weights)
+	for id, v := range w {
+		same = same && p.weights[id] == v
+	}
+	if !same {
+		p.weights = w
+	}
+	p.mu.Unlock()
+	if !same {
+		p.Trigger()
+	}
+}
+
 // notice records a reclaim notice for an instance (from the agent on it)
 // and wakes the loop: the instance drains and its replacement launches.
 func (p *Pool) notice(id string, at time.Time, source string) {
@@ -582,7 +607,7 @@ func (p *Pool) writeStatus(generation int64, views []View, launched []provider.I
 		st.Instances = append(st.Instances, tidev1.InstanceStatus{
 			ID: in.ID, Address: in.Address, Zone: in.Zone, Market: string(in.Market),
 			PrivateIP: in.PrivateIP, PublicIP: in.PublicIP, Phase: phase,
-			LaunchedAt: metav1.NewTime(in.LaunchedAt),
+			LaunchedAt: metav1.NewTime(in.LaunchedAt), Weight: p.weights[in.ID],
 		})
 	}
 	for _, v := range views {

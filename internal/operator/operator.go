@@ -31,8 +31,10 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	tidev1alpha1 "github.com/tidegpu/tidegpu/api/v1alpha1"
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	awsprov "github.com/tidegpu/tidegpu/internal/provider/aws"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
@@ -102,6 +104,11 @@ func Run(ctx context.Context, o Options) error {
 		Events: mgr.GetEventRecorder("tidegpu-operator"), Registry: crmetrics.Registry}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TidePool controller: %w", err)
+	}
+	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
+	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: scrape, Weights: engines, Registry: crmetrics.Registry}
+	if err := ab.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the AIBalancer controller: %w", err)
 	}
 	if o.AdminAddr != "" && o.AdminAddr != "0" {
 		ln, err := net.Listen("tcp", o.AdminAddr)

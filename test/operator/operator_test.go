@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	tidev1alpha1 "github.com/tidegpu/tidegpu/api/v1alpha1"
 	"github.com/tidegpu/tidegpu/internal/kong/kongtest"
 	"github.com/tidegpu/tidegpu/internal/operator"
 	"github.com/tidegpu/tidegpu/test/testbin"
@@ -595,4 +596,53 @@ func TestInstallManifestsApply(t *testing.T) {
 			t.Errorf("apply output lacks %s:\n%s", want, out)
 		}
 	}
+}
+
+// An AIBalancer on a pool: weights computed from the instances' own
+// metrics (scraped), written to status, and applied to the pool (its
+// instances carry them, so gateways and Kong get them).
+func TestAIBalancerWeighsThePool(t *testing.T) {
+	ns := namespace(t)
+	startOperator(t, t.TempDir())
+	if err := k8s.Create(context.Background(), localPool(ns, "chat", 2)); err != nil {
+		t.Fatal(err)
+	}
+	ab := &tidev1alpha1.AIBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat-balancer"},
+		Spec: tidev1alpha1.AIBalancerSpec{
+			Model:    tidev1alpha1.ModelSpec{Name: "qwen2:0.5b", Version: "v1"},
+			Strategy: tidev1alpha1.StrategySpec{Type: tidev1alpha1.StrategyLeastLoad, MinWeight: 10},
+			PoolRef:  &tidev1alpha1.PoolReference{Name: "chat"},
+		}}
+	if err := k8s.Create(context.Background(), ab); err != nil {
+		t.Fatal(err)
+	}
+	nn := types.NamespacedName{Namespace: ns, Name: "chat-balancer"}
+	took := eventually(t, 30*time.Second, "weights for 2 backends from fresh metrics", func() bool {
+		if err := k8s.Get(context.Background(), nn, ab); err != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(ab.Status.Conditions, "MetricsAvailable")
+		return ab.Status.CurrentReplicas == 2 && len(ab.Status.CurrentWeights) == 2 && c != nil && c.Status == metav1.ConditionTrue
+	})
+	t.Logf("weights %+v after %s", ab.Status.CurrentWeights, took)
+	want := map[string]int32{}
+	for _, w := range ab.Status.CurrentWeights {
+		if w.Weight < 10 || w.Weight > 100 {
+			t.Errorf("weight %d of %s outside [10, 100]", w.Weight, w.PodName)
+		}
+		want[w.PodName] = w.Weight
+	}
+	eventually(t, 10*time.Second, "the pool's instances to carry the weights", func() bool {
+		tp, ok := getPool(t, types.NamespacedName{Namespace: ns, Name: "chat"})
+		if !ok {
+			return false
+		}
+		n := 0
+		for _, in := range tp.Status.Instances {
+			if w, ok := want[in.ID]; ok && in.Weight == w {
+				n++
+			}
+		}
+		return n == 2
+	})
 }

@@ -323,3 +323,14 @@ func (e *Engines) collectGarbage(ctx context.Context, prov provider.Provider) {
 		}
 	}
 }
+
+// SetWeights passes an AIBalancer's weights to a pool's engine.
+func (e *Engines) SetWeights(pool string, w map[string]int32) error {
+	e.mu.Lock()
+	m := e.managers[e.poolKey[pool]]
+	e.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("pool %q: %w", pool, engine.ErrNotFound)
+	}
+	return m.SetWeights(pool, w)
+}

@@ -1,0 +1,294 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"text/template"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"k8s.io/utils/clock"
+)
+
+// Queries are the PromQL instant queries of a Prometheus source, one per
+// value. Each is a text/template over {{.Label}} (the label that names the
+// backend), {{.Selector}} (a series selector such as {job="vllm"}, or
+// empty) and {{.Window}} (a range such as 1m). Each query must return an
+// instant vector with one sample per backend, carrying the Label.
+type Queries struct {
+	QueueDepth   string
+	Running      string
+	KVCacheUsage string
+	GPUUtil      string
+	TTFTP50      string
+	TTFTP99      string
+	// ObservedAt returns, per backend, the Unix time in seconds of the
+	// scrape the values come from; without it the evaluation time is used,
+	// which hides a Prometheus that has stopped scraping.
+	ObservedAt string
+}
+
+// DefaultQueries read vLLM's metric names (as the simulator serves them).
+var DefaultQueries = Queries{
+	QueueDepth:   `sum by ({{.Label}}) (vllm:num_requests_waiting{{.Selector}})`,
+	Running:      `sum by ({{.Label}}) (vllm:num_requests_running{{.Selector}})`,
+	KVCacheUsage: `max by ({{.Label}}) (vllm:kv_cache_usage_perc{{.Selector}})`,
+	GPUUtil:      `max by ({{.Label}}) (tidegpu_sim_gpu_utilization{{.Selector}})`,
+	TTFTP50:      `histogram_quantile(0.5, sum by ({{.Label}}, le) (rate(vllm:time_to_first_token_seconds_bucket{{.Selector}}[{{.Window}}])))`,
+	TTFTP99:      `histogram_quantile(0.99, sum by ({{.Label}}, le) (rate(vllm:time_to_first_token_seconds_bucket{{.Selector}}[{{.Window}}])))`,
+	ObservedAt:   `max by ({{.Label}}) (timestamp(vllm:num_requests_waiting{{.Selector}}))`,
+}
+
+// DisabledQuery, as a field of Queries, turns that query off.
+const DisabledQuery = "-"
+
+// Defaults of PrometheusOptions.
+const (
+	DefaultPrometheusLabel   = "instance"
+	DefaultPrometheusWindow  = "1m"
+	DefaultPrometheusTimeout = 2 * time.Second
+)
+
+// PrometheusOptions configure a Prometheus source.
+type PrometheusOptions struct {
+	// Address is the Prometheus base URL, e.g. http://127.0.0.1:9090.
+	// Required.
+	Address string
+	// Queries override DefaultQueries field by field; an empty field keeps
+	// the default, DisabledQuery turns it off.
+	Queries Queries
+	// Label is the label whose value names a backend in the query results:
+	// its Address (host:port, Prometheus's "instance" for a scraped target)
+	// or its ID. Default "instance".
+	Label string
+	// Selector restricts the series, e.g. {job="vllm"}; default none.
+	Selector string
+	// Window is the rate window of the TTFT queries; default 1m.
+	Window string
+	// Timeout bounds one Snapshot (all its queries); default 2s.
+	Timeout time.Duration
+	// RoundTripper carries the queries; nil means the client library's
+	// default.
+	RoundTripper http.RoundTripper
+	// Clock is used when no ObservedAt query gives a time; nil means the
+	// real clock.
+	Clock clock.PassiveClock
+}
+
+// Prometheus is the Source that asks a Prometheus server with PromQL
+// instant queries (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries).
+type Prometheus struct {
+	api     promv1.API
+	queries []namedQuery
+	label   model.LabelName
+	timeout time.Duration
+	clock   clock.PassiveClock
+}
+
+type namedQuery struct {
+	field Field // 0 for ObservedAt; FieldTTFT for both quantiles
+	name  string
+	q     string
+	p99   bool // for FieldTTFT: the 0.99 quantile
+}
+
+var _ Source = (*Prometheus)(nil)
+
+// NewPrometheus checks o and returns a Prometheus source. It does not
+// contact the server.
+func NewPrometheus(o PrometheusOptions) (*Prometheus, error) {
+	if o.Address == "" {
+		return nil, errors.New("prometheus source: no address")
+	}
+	u, err := url.Parse(o.Address)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("prometheus source: address must be an http(s) URL with a host")
+	}
+	if o.Label == "" {
+		o.Label = DefaultPrometheusLabel
+	}
+	if !model.LegacyValidation.IsValidLabelName(o.Label) { // it goes into PromQL unquoted
+		return nil, fmt.Errorf("prometheus source: invalid label name %q", o.Label)
+	}
+	if o.Window == "" {
+		o.Window = DefaultPrometheusWindow
+	}
+	if _, err := model.ParseDuration(o.Window); err != nil {
+		return nil, fmt.Errorf("prometheus source: window %q: %w", o.Window, err)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultPrometheusTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	c, err := api.NewClient(api.Config{Address: o.Address, RoundTripper: o.RoundTripper})
+	if err != nil {
+		return nil, fmt.Errorf("prometheus source: %w", err)
+	}
+	p := &Prometheus{api: promv1.NewAPI(c), label: model.LabelName(o.Label), timeout: o.Timeout, clock: o.Clock}
+	data := struct{ Label, Selector, Window string }{o.Label, o.Selector, o.Window}
+	for _, q := range []struct {
+		field     Field
+		name      string
+		give, def string
+		p99       bool
+	}{
+		{FieldQueueDepth, "QueueDepth", o.Queries.QueueDepth, DefaultQueries.QueueDepth, false},
+		{FieldRunning, "Running", o.Queries.Running, DefaultQueries.Running, false},
+		{FieldKVCacheUsage, "KVCacheUsage", o.Queries.KVCacheUsage, DefaultQueries.KVCacheUsage, false},
+		{FieldGPUUtil, "GPUUtil", o.Queries.GPUUtil, DefaultQueries.GPUUtil, false},
+		{FieldTTFT, "TTFTP50", o.Queries.TTFTP50, DefaultQueries.TTFTP50, false},
+		{FieldTTFT, "TTFTP99", o.Queries.TTFTP99, DefaultQueries.TTFTP99, true},
+		{0, "ObservedAt", o.Queries.ObservedAt, DefaultQueries.ObservedAt, false},
+	} {
+		text := q.give
+		if text == "" {
+			text = q.def
+		}
+		if text == DisabledQuery {
+			continue
+		}
+		rendered, err := render(q.name, text, data)
+		if err != nil {
+			return nil, fmt.Errorf("prometheus source: query %s: %w", q.name, err)
+		}
+		p.queries = append(p.queries, namedQuery{field: q.field, name: q.name, q: rendered, p99: q.p99})
+	}
+	return p, nil
+}
+
+func render(name, text string, data any) (string, error) {
+	t, err := template.New(name).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// Name returns "prometheus".
+func (p *Prometheus) Name() string { return "prometheus" }
+
+// Close does nothing: the client keeps no state worth releasing.
+func (p *Prometheus) Close() {}
+
+// Queries returns the rendered PromQL queries, for status and debugging.
+func (p *Prometheus) Queries() map[string]string {
+	out := make(map[string]string, len(p.queries))
+	for _, q := range p.queries {
+		out[q.name] = q.q
+	}
+	return out
+}
+
+// Snapshot runs the queries concurrently and matches their samples to the
+// targets by Label (address or ID). Any failing query makes the error
+// non-nil; the values of the queries that worked are returned with it.
+func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string]BackendMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	byKey := make(map[string]string, 2*len(targets))
+	for _, t := range targets {
+		if t.ID == "" {
+			continue
+		}
+		byKey[t.ID] = t.ID
+		if t.Address != "" {
+			byKey[t.Address] = t.ID
+		}
+	}
+	now := p.clock.Now()
+	results := make([]model.Vector, len(p.queries))
+	errs := make([]error, len(p.queries))
+	var wg sync.WaitGroup
+	for i, q := range p.queries {
+		wg.Go(func() {
+			v, _, _, err := p.api.Query(ctx, q.q, now)
+			if err != nil {
+				errs[i] = fmt.Errorf("prometheus query %s: %w", q.name, err)
+				return
+			}
+			vec, ok := v.(model.Vector)
+			if !ok {
+				errs[i] = fmt.Errorf("prometheus query %s: got a %s, want an instant vector", q.name, v.Type())
+				return
+			}
+			results[i] = vec
+		})
+	}
+	wg.Wait()
+
+	out := make(map[string]BackendMetrics, len(targets))
+	ttft := map[string][2]float64{}
+	ttftSeen := map[string]uint8{}
+	observed := map[string]time.Time{}
+	evaluated := map[string]time.Time{}
+	for i, q := range p.queries {
+		for _, s := range results[i] {
+			id, ok := byKey[string(s.Metric[p.label])]
+			if !ok {
+				continue
+			}
+			v := float64(s.Value)
+			switch q.field {
+			case 0:
+				if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
+					observed[id] = time.UnixMilli(int64(v * 1000))
+				}
+				continue
+			case FieldTTFT:
+				pair := ttft[id]
+				bit := uint8(1)
+				if q.p99 {
+					pair[1], bit = v, 2
+				} else {
+					pair[0] = v
+				}
+				ttft[id] = pair
+				ttftSeen[id] |= bit
+			default:
+				m := out[id]
+				m.set(q.field, v)
+				out[id] = m
+			}
+			if t := s.Timestamp.Time(); !s.Timestamp.Equal(0) {
+				evaluated[id] = t
+			}
+		}
+	}
+	for id, pair := range ttft {
+		if ttftSeen[id] == 3 {
+			m := out[id]
+			m.setTTFT(pair[0], pair[1])
+			out[id] = m
+		}
+	}
+	for id, m := range out {
+		if m.Has == 0 {
+			delete(out, id)
+			continue
+		}
+		switch {
+		case !observed[id].IsZero():
+			m.ObservedAt = observed[id]
+		case !evaluated[id].IsZero():
+			m.ObservedAt = evaluated[id]
+		default:
+			m.ObservedAt = now
+		}
+		out[id] = m
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,391 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"k8s.io/utils/clock"
+)
+
+// Metric names read from backends: vLLM's (https://docs.vllm.ai/en/stable/usage/metrics/),
+// which the simulator also serves, and the simulator's GPU utilisation.
+const (
+	MetricQueueDepth   = "vllm:num_requests_waiting"
+	MetricRunning      = "vllm:num_requests_running"
+	MetricKVCacheUsage = "vllm:kv_cache_usage_perc"
+	// MetricKVCacheUsageV0 is the name of the KV-cache gauge before vLLM's
+	// V1 engine; read when the new one is absent.
+	MetricKVCacheUsageV0 = "vllm:gpu_cache_usage_perc"
+	MetricGPUUtil        = "tidegpu_sim_gpu_utilization"
+	MetricTTFT           = "vllm:time_to_first_token_seconds"
+)
+
+// Defaults of ScrapeOptions.
+const (
+	DefaultScrapePath     = "/metrics"
+	DefaultScrapeTimeout  = time.Second
+	DefaultScrapeMaxBytes = 8 << 20
+	// scrapeConcurrency bounds the scrapes in flight at once.
+	scrapeConcurrency = 32
+)
+
+// acceptText asks for the Prometheus text format 0.0.4, which every
+// exporter serves (https://prometheus.io/docs/instrumenting/exposition_formats/).
+const acceptText = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+
+// ScrapeOptions configure a Scrape source. The zero value is valid.
+type ScrapeOptions struct {
+	// Path is the metrics path on every backend; default /metrics.
+	Path string
+	// Timeout bounds the scrape of one backend (the caller's context may
+	// end it sooner); default 1s.
+	Timeout time.Duration
+	// MaxBytes bounds one backend's answer; default 8 MiB.
+	MaxBytes int64
+	// Client carries the scrapes; nil means a client of the source's own
+	// that keeps connections alive and ignores proxy settings.
+	Client *http.Client
+	// Clock stamps ObservedAt; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// Scrape is the Source that reads every backend's /metrics directly. TTFT
+// quantiles come from the difference between a backend's histogram at this
+// scrape and at the previous one, so they describe the last interval only;
+// the first scrape of a backend (or one after its counters reset) uses the
+// whole histogram.
+type Scrape struct {
+	path     string
+	timeout  time.Duration
+	maxBytes int64
+	client   *http.Client
+	own      *http.Transport
+	clock    clock.PassiveClock
+
+	mu   sync.Mutex
+	prev map[string]histState // by target ID
+}
+
+// histState is a backend's TTFT histogram at its last scrape.
+type histState struct {
+	address string
+	buckets []Bucket
+}
+
+var _ Source = (*Scrape)(nil)
+
+// NewScrape returns a Scrape source.
+func NewScrape(o ScrapeOptions) *Scrape {
+	s := &Scrape{
+		path:     o.Path,
+		timeout:  o.Timeout,
+		maxBytes: o.MaxBytes,
+		client:   o.Client,
+		clock:    o.Clock,
+		prev:     map[string]histState{},
+	}
+	if s.path == "" {
+		s.path = DefaultScrapePath
+	}
+	if !strings.HasPrefix(s.path, "/") {
+		s.path = "/" + s.path
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultScrapeTimeout
+	}
+	if s.maxBytes <= 0 {
+		s.maxBytes = DefaultScrapeMaxBytes
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	if s.client == nil {
+		s.own = &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: s.timeout}).DialContext,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     30 * time.Second,
+		}
+		s.client = &http.Client{Transport: s.own}
+	}
+	return s
+}
+
+// Name returns "scrape".
+func (s *Scrape) Name() string { return "scrape" }
+
+// Close closes idle connections and forgets histogram state.
+func (s *Scrape) Close() {
+	if s.own != nil {
+		s.own.CloseIdleConnections()
+	}
+	s.mu.Lock()
+	s.prev = map[string]histState{}
+	s.mu.Unlock()
+}
+
+// Snapshot scrapes every target concurrently. Targets that fail are left
+// out of the map and listed in a *TargetError.
+func (s *Scrape) Snapshot(ctx context.Context, targets []Target) (map[string]BackendMetrics, error) {
+	out := make(map[string]BackendMetrics, len(targets))
+	var (
+		mu     sync.Mutex
+		failed map[string]error
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, scrapeConcurrency)
+	)
+	for _, t := range targets {
+		if t.ID == "" || t.Address == "" {
+			continue
+		}
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				mu.Lock()
+				if failed == nil {
+					failed = map[string]error{}
+				}
+				failed[t.ID] = fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, ctx.Err())
+				mu.Unlock()
+				return
+			}
+			defer func() { <-sem }()
+			m, err := s.scrapeOne(ctx, t)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if failed == nil {
+					failed = map[string]error{}
+				}
+				failed[t.ID] = err
+				return
+			}
+			out[t.ID] = m
+		})
+	}
+	wg.Wait()
+	s.forgetOthers(targets)
+	if len(failed) > 0 {
+		return out, &TargetError{Source: s.Name(), Failed: failed, Total: len(targets)}
+	}
+	return out, nil
+}
+
+// forgetOthers drops the histogram state of backends no longer asked for.
+func (s *Scrape) forgetOthers(targets []Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.prev) <= len(targets) {
+		keep := make(map[string]bool, len(targets))
+		for _, t := range targets {
+			keep[t.ID] = true
+		}
+		for id := range s.prev {
+			if !keep[id] {
+				delete(s.prev, id)
+			}
+		}
+		return
+	}
+	next := make(map[string]histState, len(targets))
+	for _, t := range targets {
+		if h, ok := s.prev[t.ID]; ok {
+			next[t.ID] = h
+		}
+	}
+	s.prev = next
+}
+
+// scrapeOne reads one backend's metrics.
+func (s *Scrape) scrapeOne(ctx context.Context, t Target) (BackendMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.Address+s.path, nil)
+	if err != nil {
+		return BackendMetrics{}, fmt.Errorf("scraping %s: %w", t.ID, err)
+	}
+	req.Header.Set("Accept", acceptText)
+	req.Header.Set("User-Agent", "tidegpu-metrics-scrape")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): status %s", t.ID, t.Address, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxBytes+1))
+	if err != nil {
+		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): reading: %w", t.ID, t.Address, err)
+	}
+	if int64(len(body)) > s.maxBytes {
+		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): answer larger than %d bytes", t.ID, t.Address, s.maxBytes)
+	}
+	m, ttft, err := ParseExposition(body, expfmt.ResponseFormat(resp.Header))
+	if err != nil {
+		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, err)
+	}
+	m.ObservedAt = s.clock.Now()
+
+	s.mu.Lock()
+	prev, seen := s.prev[t.ID]
+	if ttft != nil {
+		s.prev[t.ID] = histState{address: t.Address, buckets: ttft}
+	}
+	s.mu.Unlock()
+	if ttft != nil {
+		delta := ttft
+		if seen && prev.address == t.Address {
+			delta = bucketDelta(prev.buckets, ttft)
+		}
+		m.setTTFT(HistogramQuantile(0.5, delta), HistogramQuantile(0.99, delta))
+	}
+	return m, nil
+}
+
+// ErrNoMetrics is returned by ParseExposition when the text holds none of
+// the metrics this package reads.
+var ErrNoMetrics = errors.New("no vLLM load metrics in the exposition")
+
+// ParseExposition reads a Prometheus exposition (text format, or delimited
+// protobuf if format says so) and returns the load metrics in it and the
+// TTFT histogram's cumulative buckets summed over its label sets (nil if
+// absent). Gauges of several label sets (one per model) are summed for
+// queue depth and running requests, and maxed for KV cache and GPU
+// utilisation. It fails on malformed input and on input with none of the
+// metrics. ObservedAt is left zero. Pure.
+func ParseExposition(body []byte, format expfmt.Format) (BackendMetrics, []Bucket, error) {
+	if format.FormatType() == expfmt.TypeUnknown {
+		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+	}
+	dec := expfmt.NewDecoder(bytes.NewReader(body), format)
+	var (
+		m                       BackendMetrics
+		queue, running, kv, kv0 agg
+		gpu                     agg
+		ttft                    map[float64]float64
+	)
+	for {
+		mf := &dto.MetricFamily{}
+		err := dec.Decode(mf)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return BackendMetrics{}, nil, fmt.Errorf("parsing metrics: %w", err)
+		}
+		switch mf.GetName() {
+		case MetricQueueDepth:
+			queue.add(mf, false)
+		case MetricRunning:
+			running.add(mf, false)
+		case MetricKVCacheUsage:
+			kv.add(mf, true)
+		case MetricKVCacheUsageV0:
+			kv0.add(mf, true)
+		case MetricGPUUtil:
+			gpu.add(mf, true)
+		case MetricTTFT:
+			for _, x := range mf.GetMetric() {
+				h := x.GetHistogram()
+				if h == nil {
+					continue
+				}
+				if ttft == nil {
+					ttft = map[float64]float64{}
+				}
+				hasInf := false
+				for _, b := range h.GetBucket() {
+					ttft[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+					hasInf = hasInf || math.IsInf(b.GetUpperBound(), 1)
+				}
+				if !hasInf {
+					// Client libraries leave the +Inf bucket implicit
+					// in protobuf: it is the sample count.
+					ttft[math.Inf(1)] += float64(h.GetSampleCount())
+				}
+			}
+		}
+	}
+	queue.store(&m, FieldQueueDepth)
+	running.store(&m, FieldRunning)
+	if kv.ok {
+		kv.store(&m, FieldKVCacheUsage)
+	} else {
+		kv0.store(&m, FieldKVCacheUsage)
+	}
+	gpu.store(&m, FieldGPUUtil)
+	var buckets []Bucket
+	if len(ttft) > 0 {
+		buckets = make([]Bucket, 0, len(ttft))
+		for ub, c := range ttft {
+			if !math.IsNaN(ub) {
+				buckets = append(buckets, Bucket{UpperBound: ub, Count: c})
+			}
+		}
+		slices.SortFunc(buckets, func(a, b Bucket) int {
+			if a.UpperBound < b.UpperBound {
+				return -1
+			}
+			return 1
+		})
+	}
+	if m.Has == 0 && buckets == nil {
+		return BackendMetrics{}, nil, ErrNoMetrics
+	}
+	return m, buckets, nil
+}
+
+// agg folds a gauge family's samples: their sum, or their maximum.
+type agg struct {
+	v  float64
+	ok bool
+}
+
+func (a *agg) add(mf *dto.MetricFamily, useMax bool) {
+	for _, x := range mf.GetMetric() {
+		var v float64
+		switch {
+		case x.GetGauge() != nil:
+			v = x.GetGauge().GetValue()
+		case x.GetUntyped() != nil:
+			v = x.GetUntyped().GetValue()
+		case x.GetCounter() != nil:
+			v = x.GetCounter().GetValue()
+		default:
+			continue
+		}
+		if math.IsNaN(v) {
+			continue
+		}
+		switch {
+		case !a.ok:
+			a.v = v
+		case useMax:
+			a.v = max(a.v, v)
+		default:
+			a.v += v
+		}
+		a.ok = true
+	}
+}
+
+func (a agg) store(m *BackendMetrics, f Field) {
+	if a.ok {
+		m.set(f, a.v)
+	}
+}
