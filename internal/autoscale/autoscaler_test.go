@@ -84,7 +84,7 @@ func panicConfig() Config {
 		MinReplicas: 1, MaxReplicas: 40,
 		Metrics: []MetricSpec{{Type: MetricConcurrency, Target: qty("4")}},
 		Behavior: &Behavior{
-			ScaleUp:   &ScalingRules{Policies: []ScalingPolicy{{PolicyPods, 1, 60}}},
+			ScaleUp:   &ScalingRules{Policies: []ScalingPolicy{{Type: PolicyPods, Value: 1, PeriodSeconds: 60}}},
 			ScaleDown: &ScalingRules{StabilizationWindowSeconds: i32(0)},
 		},
 		Panic: &PanicSpec{},

@@ -38,13 +38,13 @@ func TestNewValidates(t *testing.T) {
 		}, "behavior.scaleDown.stabilizationWindowSeconds"},
 		{"select policy", func(c *Config) { c.Behavior = &Behavior{ScaleUp: &ScalingRules{SelectPolicy: sel("Fastest")}} }, "behavior.scaleUp.selectPolicy"},
 		{"policy type", func(c *Config) {
-			c.Behavior = &Behavior{ScaleUp: &ScalingRules{Policies: []ScalingPolicy{{"Nodes", 1, 15}}}}
+			c.Behavior = &Behavior{ScaleUp: &ScalingRules{Policies: []ScalingPolicy{{Type: "Nodes", Value: 1, PeriodSeconds: 15}}}}
 		}, "behavior.scaleUp.policies[0].type"},
 		{"policy value", func(c *Config) {
-			c.Behavior = &Behavior{ScaleDown: &ScalingRules{Policies: []ScalingPolicy{{PolicyPods, 1, 15}, {PolicyPods, 0, 15}}}}
+			c.Behavior = &Behavior{ScaleDown: &ScalingRules{Policies: []ScalingPolicy{{Type: PolicyPods, Value: 1, PeriodSeconds: 15}, {Type: PolicyPods, Value: 0, PeriodSeconds: 15}}}}
 		}, "behavior.scaleDown.policies[1].value"},
 		{"policy period", func(c *Config) {
-			c.Behavior = &Behavior{ScaleUp: &ScalingRules{Policies: []ScalingPolicy{{PolicyPods, 1, 1801}}}}
+			c.Behavior = &Behavior{ScaleUp: &ScalingRules{Policies: []ScalingPolicy{{Type: PolicyPods, Value: 1, PeriodSeconds: 1801}}}}
 		}, "behavior.scaleUp.policies[0].periodSeconds"},
 		{"tolerance", func(c *Config) { q := qty("1.5"); c.Behavior = &Behavior{ScaleUp: &ScalingRules{Tolerance: &q}} }, "behavior.scaleUp.tolerance"},
 		{"panic threshold", func(c *Config) { c.Panic = &PanicSpec{ThresholdPercent: i32(100)} }, "panic.thresholdPercent"},
@@ -145,7 +145,7 @@ predictive:
 		t.Fatalf("resolved %+v", r)
 	}
 	// Default scale-down policy filled in next to the given fields.
-	if len(r.down.policies) != 1 || r.down.policies[0] != (ScalingPolicy{PolicyPercent, 100, 15}) {
+	if len(r.down.policies) != 1 || r.down.policies[0] != (ScalingPolicy{Type: PolicyPercent, Value: 100, PeriodSeconds: 15}) {
 		t.Fatalf("scale-down policies %+v", r.down.policies)
 	}
 }

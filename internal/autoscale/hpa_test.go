@@ -128,7 +128,7 @@ func TestHPASequences(t *testing.T) {
 			//   → min(24, 16)=16 → min(32, 20)=20 (= need) → 20
 			name: "scale-up selectPolicy Min",
 			cfg: qpsConfig(1, 50, "10", &Behavior{ScaleUp: &ScalingRules{SelectPolicy: sel(SelectMin),
-				Policies: []ScalingPolicy{{PolicyPercent, 100, 15}, {PolicyPods, 4, 15}}}}),
+				Policies: []ScalingPolicy{{Type: PolicyPercent, Value: 100, PeriodSeconds: 15}, {Type: PolicyPods, Value: 4, PeriodSeconds: 15}}}}),
 			start: 1,
 			steps: []step{{0, 200, 2}, {15 * sec, 200, 4}, {30 * sec, 200, 8}, {45 * sec, 200, 12}, {60 * sec, 200, 16}, {75 * sec, 200, 20}, {90 * sec, 200, 20}},
 		},
@@ -139,7 +139,7 @@ func TestHPASequences(t *testing.T) {
 			//   50 → 56 → ceil(61.6)=62 → ceil(68.2)=69 → ceil(75.9)=76
 			name: "scale-up Percent 10 rounds like the controller",
 			cfg: qpsConfig(1, 200, "10", &Behavior{ScaleUp: &ScalingRules{
-				Policies: []ScalingPolicy{{PolicyPercent, 10, 60}}}}),
+				Policies: []ScalingPolicy{{Type: PolicyPercent, Value: 10, PeriodSeconds: 60}}}}),
 			start: 50,
 			steps: []step{{0, 1000, 56}, {60 * sec, 1000, 62}, {120 * sec, 1000, 69}, {180 * sec, 1000, 76}},
 		},
@@ -148,7 +148,7 @@ func TestHPASequences(t *testing.T) {
 			// int(62.99999999999999) = 62 in the controller.
 			name: "scale-down Percent 30 truncates like the controller",
 			cfg: qpsConfig(1, 200, "10", &Behavior{ScaleDown: &ScalingRules{StabilizationWindowSeconds: i32(0),
-				Policies: []ScalingPolicy{{PolicyPercent, 30, 60}}}}),
+				Policies: []ScalingPolicy{{Type: PolicyPercent, Value: 30, PeriodSeconds: 60}}}}),
 			start: 90,
 			steps: []step{{0, 10, 62}},
 		},
@@ -186,7 +186,7 @@ func TestHPASequences(t *testing.T) {
 			//   12: min(10, 8)=8 < need 10 → 10.
 			name: "documented scale-down policies (Pods 4, Percent 10 per 60s)",
 			cfg: qpsConfig(1, 100, "10", &Behavior{ScaleDown: &ScalingRules{StabilizationWindowSeconds: i32(0),
-				Policies: []ScalingPolicy{{PolicyPods, 4, 60}, {PolicyPercent, 10, 60}}}}),
+				Policies: []ScalingPolicy{{Type: PolicyPods, Value: 4, PeriodSeconds: 60}, {Type: PolicyPercent, Value: 10, PeriodSeconds: 60}}}}),
 			start: 80,
 			steps: func() []step {
 				want := []int32{72, 64, 57, 51, 45, 40, 36, 32, 28, 24, 20, 16, 12, 10, 10}
@@ -203,7 +203,7 @@ func TestHPASequences(t *testing.T) {
 			//   68: max(61, 64)=64
 			name: "scale-down selectPolicy Min",
 			cfg: qpsConfig(1, 100, "10", &Behavior{ScaleDown: &ScalingRules{StabilizationWindowSeconds: i32(0), SelectPolicy: sel(SelectMin),
-				Policies: []ScalingPolicy{{PolicyPods, 4, 60}, {PolicyPercent, 10, 60}}}}),
+				Policies: []ScalingPolicy{{Type: PolicyPods, Value: 4, PeriodSeconds: 60}, {Type: PolicyPercent, Value: 10, PeriodSeconds: 60}}}}),
 			start: 80,
 			steps: []step{{0, 100, 76}, {60 * sec, 100, 72}, {120 * sec, 100, 68}, {180 * sec, 100, 64}},
 		},
@@ -214,7 +214,7 @@ func TestHPASequences(t *testing.T) {
 			//   t=60: 4@0 left the period → 12
 			name: "scale-down Pods per period with a faster sync",
 			cfg: qpsConfig(1, 100, "10", &Behavior{ScaleDown: &ScalingRules{StabilizationWindowSeconds: i32(0),
-				Policies: []ScalingPolicy{{PolicyPods, 4, 60}}}}),
+				Policies: []ScalingPolicy{{Type: PolicyPods, Value: 4, PeriodSeconds: 60}}}}),
 			start: 20,
 			steps: []step{{0, 10, 16}, {15 * sec, 10, 16}, {30 * sec, 10, 16}, {45 * sec, 10, 16}, {60 * sec, 10, 12}, {75 * sec, 10, 12}},
 		},
@@ -355,7 +355,7 @@ func TestLimitsCountBothDirections(t *testing.T) {
 	now := t0.Add(30 * time.Second)
 	upEv := []ScaleEvent{{Change: 4, At: t0.Add(20 * time.Second)}}
 	downEv := []ScaleEvent{{Change: 2, At: t0.Add(25 * time.Second)}}
-	r := rules{selectPol: SelectMax, policies: []ScalingPolicy{{PolicyPods, 4, 15}}}
+	r := rules{selectPol: SelectMax, policies: []ScalingPolicy{{Type: PolicyPods, Value: 4, PeriodSeconds: 15}}}
 	// start = 10 - 4 + 2 = 8 → 12
 	if got := scaleUpLimit(10, upEv, downEv, r, now); got != 12 {
 		t.Fatalf("scale-up limit %d, want 12", got)
