@@ -23,6 +23,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/admin"
 	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/gateway"
@@ -158,9 +159,12 @@ func Run(ctx context.Context, o Options) error {
 		mgr.Run(engineCtx)
 	}()
 
+	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
+	go sampler.Run(engineCtx)
 	gwSrv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
-		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger})}
+		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,
+		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- serve(gwSrv, gwLn, "gateway") }()
 	go func() { serveErr <- serve(adminSrv, adminLn, "admin") }()
@@ -191,8 +195,8 @@ func Run(ctx context.Context, o Options) error {
 
 	var runErr error
 	if waitReady(ctx, mgr, o.Out, o.ReadyTimeout, serveErr, &runErr) {
-		fmt.Fprintf(o.Out, "\nTideGPU is up.\n  gateway:  %s   (POST %s/ollama-chat, /api/*, /v1/*)\n  admin:    %s/api/v1/pools   metrics: %s/metrics\n  status:   tidegpu status --admin %s\n\n",
-			gwURL, gwURL, adminURL, adminURL, adminURL)
+		fmt.Fprintf(o.Out, "\nTideGPU is up.\n  gateway:   %s   (POST %s/ollama-chat, /api/*, /v1/*)\n  dashboard: %s/\n  admin:     %s/api/v1/pools   metrics: %s/metrics\n  status:    tidegpu status --admin %s\n\n",
+			gwURL, gwURL, adminURL, adminURL, adminURL, adminURL)
 		fmt.Fprintf(o.Out, "Try:\n  curl -s %s/ollama-chat -d '{\"model\":\"qwen2:0.5b\",\"messages\":[{\"role\":\"user\",\"content\":\"写一首诗\"}],\"stream\":false}'\n", gwURL)
 	}
 	if runErr == nil {

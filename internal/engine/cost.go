@@ -21,7 +21,7 @@ type Costing struct {
 	// cost.DefaultCatalog().
 	Catalog *cost.Catalog
 	Live    *cost.LivePrices
-	// BudgetEvery paces budget evaluation; default 10 s.
+	// BudgetEvery paces budget evaluation; default 2 s.
 	BudgetEvery time.Duration
 }
 
@@ -48,6 +48,12 @@ func Overrides(pool string, spec *tidev1.TidePoolSpec) ([]cost.Override, error) 
 			return nil, fmt.Errorf("%s: %q is not a price: use a decimal such as 3.06", e.field, e.v)
 		}
 		out = append(out, cost.Override{Pool: pool, Market: e.market, PerHour: f, Currency: cur})
+	}
+	// With only a spot price given, the on-demand price is unknown: take
+	// the spot price as the list price, so savings read 0 rather than
+	// a made-up difference.
+	if pr.OnDemandPerHour == "" && len(out) == 1 {
+		out = append(out, cost.Override{Pool: pool, Market: provider.MarketOnDemand, PerHour: out[0].PerHour, Currency: cur})
 	}
 	return out, nil
 }
@@ -105,7 +111,7 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}
 	every := c.BudgetEvery
 	if every <= 0 {
-		every = 10 * time.Second
+		every = 2 * time.Second
 	}
 	p.mu.Lock()
 	due := now.Sub(p.budgetAt) >= every

@@ -344,6 +344,15 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	if autoRequeue > 0 && (requeue == 0 || autoRequeue < requeue) {
 		requeue = autoRequeue
 	}
+	if spec.Budget != nil && p.deps.costing != nil {
+		every := p.deps.costing.BudgetEvery
+		if every <= 0 {
+			every = 2 * time.Second
+		}
+		if requeue == 0 || every < requeue {
+			requeue = every
+		}
+	}
 	if len(launched) > 0 {
 		// New instances change the picture; look again soon.
 		requeue = time.Millisecond

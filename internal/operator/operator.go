@@ -33,6 +33,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/admin"
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
+	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
@@ -116,7 +117,8 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--admin-addr %s: %w", o.AdminAddr, err)
 		}
 		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
-			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken})}
+			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken,
+			Dashboard: dashboard.Handler(dashboard.Options{Pools: engines, Events: rec})})}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			go func() {
 				<-ctx.Done()

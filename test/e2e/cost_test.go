@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -91,4 +93,47 @@ func rel(a, b float64) float64 {
 		return math.Abs(a)
 	}
 	return math.Abs(a-b) / math.Abs(b)
+}
+
+// A budget crossed: BudgetExceeded condition, event and metric; with
+// CapAtMinimum the pool is held at its minimum.
+func TestBudgetCapAtMinimum(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pool.yaml")
+	// 3 instances at 3.6 $/h spend 0.003 $/s: the 0.004 budget lasts ~1.3 s.
+	pool := "apiVersion: tidegpu.eja.dev/v1\nkind: TidePool\nmetadata:\n  name: capped\nspec:\n  minimum: 1\n  maximum: 3\n  replicas: 3\n  pricing:\n    spotPerHour: \"3.6\"\n  budget:\n    monthly: \"0.004\"\n    action: CapAtMinimum\n"
+	if err := os.WriteFile(file, []byte(pool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := startUp(t, "", "-f", file)
+	u.waitReady("capped", 3, 30*time.Second)
+	took := eventually(t, 20*time.Second, "BudgetExceeded=True", func() bool {
+		p, ok := u.pool("capped")
+		if !ok {
+			return false
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == "BudgetExceeded" && c.Status == "True" {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("budget exceeded after %s", took)
+	if !u.hasEvent("BudgetExceeded", "") {
+		t.Errorf("no BudgetExceeded event")
+	}
+	eventually(t, 20*time.Second, "the pool held at its minimum of 1", func() bool {
+		p, ok := u.pool("capped")
+		return ok && p.Status.Desired == 1 && len(u.readyIDs("capped")) == 1
+	})
+	resp, err := http.Get(u.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), `tidegpu_pool_budget_exceeded{pool="capped"} 1`) {
+		t.Errorf("metric tidegpu_pool_budget_exceeded{pool=\"capped\"} is not 1")
+	}
 }

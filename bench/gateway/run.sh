@@ -1,0 +1,387 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of reverse-proxy overhead on this machine (issue 2):
+# HAProxy, nginx and `tidegpu gateway`, each in front of the same tiny nginx
+# backend, plus wrk straight to that backend as the baseline.
+#
+#   bench/gateway/run.sh
+#
+# Everything listens on 127.0.0.1 only, every config and result lives in a
+# fresh temp dir, and every process started here is killed on exit.
+#
+# Environment (all optional):
+#   DURATION=10s      wrk -d, per run
+#   CONNECTIONS=64    wrk -c
+#   THREADS=2         wrk -t
+#   RUNS=3            runs per target; targets are interleaved (A B C D A B C D ...)
+#                     and the median of the runs is reported
+#   WARMUP=2s         an unreported wrk run against each target first
+#   MODES="get post"  get:  GET /api/tags, no body
+#                     post: POST /api/chat with a 118-byte JSON body
+#   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
+#
+# Needs: go, nginx, haproxy, wrk, curl. Nothing needs root.
+set -euo pipefail
+
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+RUNS=${RUNS:-3}
+WARMUP=${WARMUP:-2s}
+MODES=${MODES:-get post}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+for tool in go nginx haproxy wrk curl; do
+	command -v "$tool" >/dev/null 2>&1 || { echo "run.sh: $tool not found in PATH" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tidegpu-gwbench.XXXXXX")
+results="$tmp/results"
+mkdir -p "$results" "$tmp/nginx-backend" "$tmp/nginx-proxy"
+
+pids=()
+cleanup() {
+	local status=$? pid f
+	if ((status != 0)); then
+		echo "run.sh: failed (exit $status); logs in $tmp:" >&2
+		for f in "$tmp"/haproxy.log "$tmp"/gateway.log "$tmp"/nginx-*/error.log; do
+			[[ -s $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
+		done
+	fi
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+log() { echo "# $*" >&2; }
+
+# free_port prints a TCP port on 127.0.0.1 that no socket uses and that this
+# script has not handed out yet. It picks below the kernel's ephemeral port
+# range, so that the outgoing connections of wrk and the proxies (and of
+# whatever else runs here) cannot take it before the server binds it.
+used_ports=" "
+eph_low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+free_port() {
+	local p i lo=10000 hi=$((eph_low - 1))
+	((hi > lo)) || { lo=1024; hi=$((eph_low - 1)); }
+	for i in $(seq 1 500); do
+		p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+		[[ $used_ports == *" $p "* ]] && continue
+		if command -v ss >/dev/null 2>&1; then
+			ss -Htan "( sport = :$p )" | grep -q . && continue
+		elif (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			continue
+		fi
+		used_ports+="$p "
+		echo "$p"
+		return 0
+	done
+	echo "run.sh: no free port found" >&2
+	return 1
+}
+
+# wait_http URL: wait up to 10s for URL to answer 200.
+wait_http() {
+	local i
+	for i in $(seq 1 100); do
+		if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$1" || true) == 200 ]]; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "run.sh: $1 did not answer 200 within 10s" >&2
+	return 1
+}
+
+# ---------------------------------------------------------------- build
+log "building tidegpu into $tmp"
+if [[ -n ${TIDEGPU_BIN:-} ]]; then
+	cp "$TIDEGPU_BIN" "$tmp/tidegpu"
+else
+	(cd "$repo" && go build -o "$tmp/tidegpu" ./cmd/tidegpu)
+fi
+"$tmp/tidegpu" gateway --help >/dev/null 2>&1 || { echo "run.sh: this tidegpu has no gateway subcommand" >&2; exit 1; }
+
+# ---------------------------------------------------------------- backend
+backend_port=$(free_port)
+body='{"model":"bench","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"ok"},"done":true}'
+# nginx needs every temp path writable; keep them all in the temp dir.
+nginx_common() { # $1: prefix dir
+	cat <<EOF
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+daemon off;
+EOF
+}
+nginx_http_common() { # $1: prefix dir
+	cat <<EOF
+    access_log off;
+    client_body_temp_path $1/client_body;
+    proxy_temp_path $1/proxy;
+    fastcgi_temp_path $1/fastcgi;
+    uwsgi_temp_path $1/uwsgi;
+    scgi_temp_path $1/scgi;
+    keepalive_timeout 65s;
+    keepalive_requests 1000000;
+EOF
+}
+{
+	nginx_common "$tmp/nginx-backend"
+	cat <<EOF
+worker_processes 1;
+events { worker_connections 4096; }
+http {
+$(nginx_http_common "$tmp/nginx-backend")
+    server {
+        listen 127.0.0.1:$backend_port;
+        location / {
+            default_type application/json;
+            return 200 '$body';
+        }
+    }
+}
+EOF
+} >"$tmp/nginx-backend/nginx.conf"
+nginx -e "$tmp/nginx-backend/error.log" -p "$tmp/nginx-backend" -c "$tmp/nginx-backend/nginx.conf" &
+pids+=($!)
+backend_pid=$!
+
+# ---------------------------------------------------------------- HAProxy
+haproxy_port=$(free_port)
+cat >"$tmp/haproxy.cfg" <<EOF
+global
+    nbthread 2
+    maxconn 4096
+
+defaults
+    mode http
+    option http-keep-alive
+    # reuse idle backend connections across client connections, as the
+    # nginx upstream keepalive pool and the gateway's transport do
+    http-reuse always
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+
+frontend fe
+    bind 127.0.0.1:$haproxy_port
+    default_backend be
+
+backend be
+    balance leastconn
+    server backend 127.0.0.1:$backend_port
+EOF
+haproxy -c -q -f "$tmp/haproxy.cfg"
+haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
+pids+=($!)
+haproxy_pid=$!
+
+# ---------------------------------------------------------------- nginx proxy
+nginx_port=$(free_port)
+{
+	nginx_common "$tmp/nginx-proxy"
+	cat <<EOF
+worker_processes 2;
+events { worker_connections 4096; }
+http {
+$(nginx_http_common "$tmp/nginx-proxy")
+    upstream be {
+        server 127.0.0.1:$backend_port;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        location / {
+            proxy_pass http://be;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+} >"$tmp/nginx-proxy/nginx.conf"
+nginx -e "$tmp/nginx-proxy/error.log" -p "$tmp/nginx-proxy" -c "$tmp/nginx-proxy/nginx.conf" &
+pids+=($!)
+nginx_pid=$!
+
+# ---------------------------------------------------------------- tidegpu gateway
+gateway_port=$(free_port)
+gateway_admin_port=$(free_port)
+"$tmp/tidegpu" gateway --backend "http://127.0.0.1:$backend_port" \
+	--addr "127.0.0.1:$gateway_port" --admin-addr "127.0.0.1:$gateway_admin_port" \
+	--log-level warn >"$tmp/gateway.log" 2>&1 &
+pids+=($!)
+gateway_pid=$!
+
+targets=(backend haproxy nginx gateway)
+declare -A port=([backend]=$backend_port [haproxy]=$haproxy_port [nginx]=$nginx_port [gateway]=$gateway_port)
+# The process whose CPU time is charged to each target: the proxy (the
+# backend itself for the baseline). nginx's workers are children of the
+# master started here; both are counted.
+declare -A tpid=([backend]=$backend_pid [haproxy]=$haproxy_pid [nginx]=$nginx_pid [gateway]=$gateway_pid)
+clk_tck=$(getconf CLK_TCK)
+
+# cpu_ticks PID: user+system CPU time, in clock ticks, of PID and its
+# children (all their threads).
+cpu_ticks() {
+	local p f total=0
+	local -a fields
+	for p in "$1" $(pgrep -P "$1" || true); do
+		f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+		read -r -a fields <<<"${f##*) }" # fields[0] is field 3 (state)
+		total=$((total + fields[11] + fields[12]))
+	done
+	echo "$total"
+}
+declare -A label=(
+	[backend]="baseline: wrk → backend (no proxy)"
+	[haproxy]="HAProxy $(haproxy -v | sed -n '1s/^HAProxy version \([^ ]*\).*/\1/p')"
+	[nginx]="nginx $(nginx -v 2>&1 | sed -n 's|^nginx version: nginx/||p') (proxy_pass)"
+	[gateway]="tidegpu gateway (this tree)"
+)
+
+for t in "${targets[@]}"; do
+	wait_http "http://127.0.0.1:${port[$t]}/api/tags"
+done
+got=$(curl -s --max-time 2 "http://127.0.0.1:$gateway_port/api/tags")
+[[ $got == "$body" ]] || { echo "run.sh: gateway answered $got, want the backend's body" >&2; exit 1; }
+for t in "${targets[@]}"; do
+	got=$(curl -s --max-time 2 -X POST -H 'Content-Type: application/json' --data '{"x":1}' "http://127.0.0.1:${port[$t]}/api/chat")
+	[[ $got == "$body" ]] || { echo "run.sh: POST through $t answered $got, want the backend's body" >&2; exit 1; }
+done
+
+post_body='{"model":"qwen2:0.5b","messages":[{"role":"user","content":"Write one short sentence about the sea."}],"stream":false}'
+cat >"$tmp/post.lua" <<EOF
+wrk.method = "POST"
+wrk.path = "/api/chat"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '$post_body'
+EOF
+
+# wrk_run TARGET MODE DURATION OUTFILE
+wrk_run() {
+	local url="http://127.0.0.1:${port[$1]}/api/tags" script=()
+	if [[ $2 == post ]]; then
+		url="http://127.0.0.1:${port[$1]}/api/chat"
+		script=(-s "$tmp/post.lua")
+	fi
+	local c0 c1
+	c0=$(cpu_ticks "${tpid[$1]}")
+	wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1
+	c1=$(cpu_ticks "${tpid[$1]}")
+	echo "cpu_ticks: $((c1 - c0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
+}
+
+# to_ms VALUE_WITH_UNIT: wrk latency (e.g. 512.00us, 1.23ms, 1.01s) in ms.
+to_ms() {
+	awk -v v="$1" 'BEGIN {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+		printf "%.3f", n }'
+}
+
+# parse FILE: prints "reqs p50ms p99ms errors cpu_us_per_request" from one
+# wrk output (with the cpu_ticks line wrk_run appends).
+parse() {
+	local rps p50 p99 errs cpu
+	rps=$(awk '/^Requests\/sec:/ {print $2}' "$1")
+	cpu=$(awk -v hz="$clk_tck" '/ requests in / {n = $1} /^cpu_ticks:/ {t = $2} END {if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print 0}' "$1")
+	p50=$(awk '$1 == "50%" {print $2; exit}' "$1")
+	p99=$(awk '$1 == "99%" {print $2; exit}' "$1")
+	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' "$1")
+	if [[ -z $rps || -z $p50 || -z $p99 ]]; then
+		echo "run.sh: cannot parse $1:" >&2
+		cat "$1" >&2
+		return 1
+	fi
+	echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $cpu"
+}
+
+median() { # numbers as arguments
+	printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+
+cat <<EOF
+
+Proxy overhead benchmark — $(date -u +%Y-%m-%dT%H:%M:%SZ)
+  machine: $(nproc) CPU(s), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r)
+  wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, $RUNS runs per target, interleaved; medians reported
+  backend: nginx, 1 worker, fixed ${#body}-byte JSON body (return 200), keep-alive
+  NOTE: wrk, the proxy under test and the backend all share these $(nproc) CPU(s), so
+  each number measures the whole path competing for the same cores, not the
+  proxy alone; compare targets with each other, not with other machines.
+  load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (anything above ~0.5 means other work competes for the CPUs)
+  raw wrk output: $results
+EOF
+
+for mode in $MODES; do
+	case $mode in
+	get) what="GET /api/tags (no request body)" ;;
+	post) what="POST /api/chat with a ${#post_body}-byte JSON body" ;;
+	*) echo "run.sh: unknown mode $mode in MODES (want get, post)" >&2; exit 1 ;;
+	esac
+	log "mode $mode: warming up"
+	for t in "${targets[@]}"; do
+		wrk_run "$t" "$mode" "$WARMUP" "$results/$mode-$t-warmup.txt"
+	done
+	declare -A rps=() p50=() p99=() errs=() cpu=()
+	for run in $(seq 1 "$RUNS"); do
+		for t in "${targets[@]}"; do
+			log "mode $mode: run $run/$RUNS: $t"
+			f="$results/$mode-$t-run$run.txt"
+			wrk_run "$t" "$mode" "$DURATION" "$f"
+			out=$(parse "$f")
+			read -r r a b e c <<<"$out"
+			rps[$t]+="$r "
+			p50[$t]+="$a "
+			p99[$t]+="$b "
+			cpu[$t]+="$c "
+			errs[$t]=$((${errs[$t]:-0} + e))
+		done
+	done
+
+	# shellcheck disable=SC2086 # word splitting of the lists is intended
+	ref=$(median ${rps[haproxy]})
+	echo
+	echo "### $what; response: ${#body}-byte JSON"
+	echo
+	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	for t in "${targets[@]}"; do
+		# shellcheck disable=SC2086
+		r=$(median ${rps[$t]})
+		# shellcheck disable=SC2086
+		a=$(median ${p50[$t]})
+		# shellcheck disable=SC2086
+		b=$(median ${p99[$t]})
+		# shellcheck disable=SC2086
+		c=$(median ${cpu[$t]})
+		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v who="$([[ $t == backend ]] && echo " (backend)")" \
+			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s |\n", l, r, a, b, 100 * r / ref, c, who }'
+	done
+	echo
+	echo "per-run req/s:"
+	for t in "${targets[@]}"; do
+		echo "  $t: ${rps[$t]}"
+	done
+	echo "CPU per request: user+system CPU time of the proxy process (nginx: master and"
+	echo "workers) over the run divided by the requests wrk completed; for the baseline,"
+	echo "the backend's own. Less sensitive than req/s to what else runs on the machine."
+	for t in "${targets[@]}"; do
+		if ((${errs[$t]} > 0)); then
+			echo "WARNING: $t: ${errs[$t]} non-2xx responses or socket errors over its runs (see $results/$mode-$t-run*.txt)"
+		fi
+	done
+	unset rps p50 p99 errs cpu
+done
+
+echo
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "raw wrk output: $results"
