@@ -162,6 +162,7 @@ func NewHandler(o Options) http.Handler {
 	if o.Token != "" {
 		h = requireToken(o.Token, mux)
 	}
+	h = refuseCrossSite(h)
 	if o.Dashboard == nil {
 		return h
 	}
@@ -170,6 +171,28 @@ func NewHandler(o Options) http.Handler {
 	outer.Handle("GET /ui/", o.Dashboard)
 	outer.Handle("/", h)
 	return outer
+}
+
+// refuseCrossSite closes the admin API to other web pages open in the same
+// browser: a state-changing request must be JSON (a plain HTML form cannot
+// send that without a CORS preflight we never grant) and must not come
+// from another site (Sec-Fetch-Site). Command-line clients send neither
+// browser header and are unaffected.
+func refuseCrossSite(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+				writeError(w, http.StatusForbidden, "cross-site requests to the admin API are refused")
+				return
+			}
+			ct := r.Header.Get("Content-Type")
+			if r.ContentLength != 0 && !strings.HasPrefix(ct, "application/json") {
+				writeError(w, http.StatusUnsupportedMediaType, "send the body as Content-Type: application/json")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ParseReclaim reads a reclaim request body: {"noticeSeconds": N}, N a whole

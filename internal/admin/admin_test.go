@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +86,35 @@ func FuzzParseNotice(f *testing.F) {
 			t.Fatalf("accepted %+v", n)
 		}
 	})
+}
+
+func TestRefuseCrossSite(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := refuseCrossSite(ok)
+	cases := []struct {
+		name, method, ct, site, body string
+		want                         int
+	}{
+		{"GET passes", http.MethodGet, "", "cross-site", "", http.StatusNoContent},
+		{"JSON POST from curl", http.MethodPost, "application/json", "", `{}`, http.StatusNoContent},
+		{"JSON POST from the dashboard", http.MethodPost, "application/json", "same-origin", `{}`, http.StatusNoContent},
+		{"empty POST", http.MethodPost, "", "", "", http.StatusNoContent},
+		{"form POST", http.MethodPost, "application/x-www-form-urlencoded", "", `noticeSeconds=0`, http.StatusUnsupportedMediaType},
+		{"text POST", http.MethodPost, "text/plain", "", `{"noticeSeconds":0}`, http.StatusUnsupportedMediaType},
+		{"cross-site POST", http.MethodPost, "application/json", "cross-site", `{}`, http.StatusForbidden},
+	}
+	for _, tc := range cases {
+		r := httptest.NewRequest(tc.method, "/api/v1/pools/p/instances/i/reclaim", strings.NewReader(tc.body))
+		if tc.ct != "" {
+			r.Header.Set("Content-Type", tc.ct)
+		}
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, w.Code, tc.want)
+		}
+	}
 }
