@@ -128,6 +128,13 @@ type TidePoolSpec struct {
 	// +optional
 	Local *LocalSpec `json:"local,omitempty"`
 
+	// Placement spreads the pool over zones and markets like SkyServe's
+	// SpotHedge: spare spot instances, an on-demand base, on-demand
+	// fallback while spot is short. Unset means every instance in
+	// availabilityZone on the market of instanceChargeType.
+	// +optional
+	Placement *PlacementSpec `json:"placement,omitempty"`
+
 	// Autoscaling sets the wanted size from inference signals between
 	// minimum and maximum (HPA algorithm, panic mode, schedules, prediction).
 	// +optional
@@ -155,6 +162,31 @@ type SecretReference struct {
 	// Name of the Secret.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+}
+
+// PlacementSpec configures spot placement across the provider's offerings.
+type PlacementSpec struct {
+	// AvailabilityZones limits placement to these zones; empty means every
+	// zone the provider offers in the region.
+	// +optional
+	AvailabilityZones []string `json:"availabilityZones,omitempty"`
+	// Overprovision is the number of spare spot instances kept beyond the
+	// wanted count, as a safeguard against preemptions.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Overprovision int32 `json:"overprovision,omitempty"`
+	// OnDemandBase is the number of always-on on-demand instances.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	OnDemandBase int32 `json:"onDemandBase,omitempty"`
+	// SpotFallback launches on-demand instances for what spot cannot hold
+	// and retires them (without a dip) once spot is back. Default true.
+	// +optional
+	SpotFallback *bool `json:"spotFallback,omitempty"`
+	// EagerFallback covers every gap in ready spot with on-demand at once,
+	// even while a spot replacement starts.
+	// +optional
+	EagerFallback bool `json:"eagerFallback,omitempty"`
 }
 
 // PricingSpec gives a pool's own prices per instance-hour, as decimal

@@ -47,6 +47,10 @@ type Input struct {
 	Now       time.Time
 	// LaunchBlockedUntil holds launches back after failures (backoff).
 	LaunchBlockedUntil time.Time
+	// ExternalPlacement: a placement policy decides launches and scale-down
+	// (zones, markets, spares); Compute keeps to readiness, drains,
+	// terminations and targets.
+	ExternalPlacement bool
 }
 
 // Drain asks to take an instance out of service gracefully.
@@ -65,7 +69,9 @@ type Termination struct {
 // Launch asks the provider for one more instance.
 type Launch struct {
 	Market provider.Market
-	Reason string
+	// Zone and InstanceType choose the offering; empty means the spec's.
+	Zone, InstanceType string
+	Reason             string
 }
 
 // Plan is what to do now. Apply order: Targets first (so that nothing dead
@@ -151,7 +157,7 @@ func Compute(in Input) Plan {
 	}
 
 	// Scale down: leave the least useful instances first.
-	if excess := len(serving) - int(p.Desired); excess > 0 {
+	if excess := len(serving) - int(p.Desired); excess > 0 && !in.ExternalPlacement {
 		sort.SliceStable(serving, func(i, j int) bool { return lessUseful(serving[i], serving[j]) })
 		for _, v := range serving[:excess] {
 			if !v.Ready || v.Address == "" {
@@ -208,7 +214,7 @@ func Compute(in Input) Plan {
 	}
 
 	// Scale up / replace.
-	if missing := int(p.Desired) - len(serving); missing > 0 {
+	if missing := int(p.Desired) - len(serving); missing > 0 && !in.ExternalPlacement {
 		if now.Before(in.LaunchBlockedUntil) {
 			requeue(in.LaunchBlockedUntil.Sub(now))
 		} else {

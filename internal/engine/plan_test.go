@@ -183,6 +183,18 @@ func TestCompute(t *testing.T) {
 			launches: 3,
 		},
 		{
+			name: "with an external placement policy the plan neither launches nor scales down",
+			in: Input{Spec: spec(1, 3, i32(1)), Now: t0, ExternalPlacement: true, Instances: []View{
+				inst("a", time.Hour, true), inst("b", time.Minute, true)}},
+			targets: []string{"a", "b"}, ready: 2,
+		},
+		{
+			name: "with an external placement policy dead instances are still terminated",
+			in: Input{Spec: spec(2, 2, nil), Now: t0, ExternalPlacement: true, Instances: []View{
+				inst("a", DefaultLocalStartTimeout, false)}},
+			terminations: []string{"a"},
+		},
+		{
 			name: "minimum zero and nothing running does nothing",
 			in:   Input{Spec: spec(0, 2, nil), Now: t0},
 		},

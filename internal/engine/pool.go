@@ -19,6 +19,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/autoscale"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/placement"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
@@ -64,6 +65,11 @@ type Pool struct {
 
 	// weights set by a balancer, by instance id
 	weights map[string]int32
+
+	// placement
+	capMem   *placement.CapacityMemory
+	offers   []provider.Offering
+	offersAt time.Time
 
 	// autoscaling
 	scaler      *autoscale.Autoscaler
@@ -284,7 +290,13 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		spec.Replicas = &m
 	}
 
-	plan := Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked})
+	_, placed := PolicyFor(&spec)
+	_, offering := d.provider.(provider.OfferingSource)
+	plan := Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked, ExternalPlacement: placed && offering})
+	if placed && offering && !p.place(&spec, views, &plan, now) {
+		// No offerings yet: fall back to the plan's own launches.
+		plan = Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked})
+	}
 	p.mu.Lock()
 	for i := range plan.Targets {
 		plan.Targets[i].Weight = int(p.weights[plan.Targets[i].ID])
@@ -399,8 +411,15 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 		wg.Add(1)
 		go func(l Launch, note string) {
 			defer wg.Done()
-			req := provider.LaunchRequest{Pool: p.name, Spec: spec, Token: newToken(), Market: l.Market}
+			req := provider.LaunchRequest{Pool: p.name, Spec: spec, Token: newToken(), Market: l.Market,
+				Zone: l.Zone, InstanceType: l.InstanceType}
 			in, err := d.provider.Launch(ctx, req)
+			p.mu.Lock()
+			mem := p.capMem
+			p.mu.Unlock()
+			if mem != nil && l.Zone != "" {
+				mem.Observe(placement.Key{Zone: l.Zone, InstanceType: l.InstanceType, Market: l.Market}, err)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -518,6 +537,17 @@ func (p *Pool) stopProbes() {
 	}
 }
 
+// recordPreemption tells the placement memory that the instance's offering
+// lost capacity, so new spot goes elsewhere for a while.
+func (p *Pool) recordPreemption(in provider.Instance) {
+	p.mu.Lock()
+	mem := p.capMem
+	p.mu.Unlock()
+	if mem != nil && in.Market == provider.MarketSpot && in.Zone != "" {
+		mem.RecordPreemption(placement.Key{Zone: in.Zone, InstanceType: in.InstanceType, Market: in.Market})
+	}
+}
+
 // setWeights replaces the balancer's weights and wakes the loop if they
 // changed.
 func (p *Pool) setWeights(w map[string]int32) {
@@ -576,6 +606,7 @@ func (p *Pool) handleEvent(ev provider.Event) {
 			p.deps.recorder.Eventf(events.TypeWarning, "InstanceLost", p.name, in.ID, "%s lost (was ready: %t): %s", in.ID, wasReady, ev.Message)
 		}
 	case provider.EventInterruption:
+		p.recordPreemption(in)
 		at := "now"
 		if in.InterruptAt != nil {
 			at = in.InterruptAt.Format(time.RFC3339)

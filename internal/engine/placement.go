@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"time"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/placement"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/registrar"
+)
+
+// PolicyFor turns spec.placement into a placement policy.
+func PolicyFor(spec *tidev1.TidePoolSpec) (placement.Policy, bool) {
+	pl := spec.Placement
+	if pl == nil {
+		return placement.Policy{}, false
+	}
+	fallback := pl.SpotFallback == nil || *pl.SpotFallback
+	return placement.Policy{Overprovision: int(pl.Overprovision), OnDemandBase: int(pl.OnDemandBase),
+		SpotFallback: fallback, EagerFallback: pl.EagerFallback && fallback, Zones: pl.AvailabilityZones}, true
+}
+
+// offeringsRefresh paces offering look-ups for placement.
+const offeringsRefresh = 15 * time.Second
+
+// place lets the pool's placement policy decide launches (zone, type,
+// market) and retirements, replacing the plan's own. It reports whether a
+// policy decided.
+func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now time.Time) bool {
+	pol, ok := PolicyFor(spec)
+	if !ok {
+		return false
+	}
+	src, ok := p.deps.provider.(provider.OfferingSource)
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	if p.capMem == nil {
+		p.capMem = placement.NewCapacityMemory(p.deps.clock, 0)
+	}
+	offers, at := p.offers, p.offersAt
+	p.mu.Unlock()
+	if offers == nil || now.Sub(at) >= offeringsRefresh {
+		if fresh, err := src.Offerings(p.ctx(), spec); err == nil {
+			offers = fresh
+			p.mu.Lock()
+			p.offers, p.offersAt = fresh, now
+			p.mu.Unlock()
+		} else if offers == nil {
+			p.deps.logger.Warn("offerings unavailable: placing on the spec's own offering", "pool", p.name, "err", err)
+			return false
+		}
+	}
+	leaving := map[string]bool{}
+	for _, t := range plan.Terminations {
+		leaving[t.ID] = true
+	}
+	for _, d := range plan.Drains {
+		leaving[d.ID] = true
+	}
+	insts := make([]placement.Instance, 0, len(views))
+	for _, v := range views {
+		insts = append(insts, placement.Instance{ID: v.ID, Zone: v.Zone, InstanceType: v.InstanceType, Market: v.Market,
+			Ready: v.Ready, LaunchedAt: v.LaunchedAt,
+			Leaving: leaving[v.ID] || v.State == provider.StateTerminating || v.InterruptAt != nil || v.DrainDeadline != nil})
+	}
+	if now.Before(p.blockedUntil()) {
+		return true // launches wait for the backoff; retirements too
+	}
+	dec := pol.Decide(placement.Input{Want: int(plan.Desired), Instances: insts, Offerings: offers, Memory: p.capMem})
+	for _, l := range dec.Launches {
+		plan.Launches = append(plan.Launches, Launch{Market: l.Market, Zone: l.Zone, InstanceType: l.InstanceType, Reason: l.Reason})
+	}
+	byID := map[string]View{}
+	for _, v := range views {
+		byID[v.ID] = v
+	}
+	retired := map[string]bool{}
+	for _, r := range dec.Retires {
+		v := byID[r.ID]
+		retired[r.ID] = true
+		if v.Ready && v.Address != "" {
+			plan.Drains = append(plan.Drains, Drain{ID: r.ID, Deadline: now.Add(DrainTimeout(spec)), Reason: r.Reason})
+			plan.Phases[r.ID] = tidev1.PhaseDraining
+		} else {
+			plan.Terminations = append(plan.Terminations, Termination{ID: r.ID, Reason: r.Reason})
+			plan.Phases[r.ID] = tidev1.PhaseTerminating
+		}
+	}
+	if len(retired) > 0 {
+		kept := plan.Targets[:0]
+		for _, t := range plan.Targets {
+			if !retired[t.ID] {
+				kept = append(kept, t)
+			}
+		}
+		plan.Targets = append([]registrar.Target(nil), kept...)
+	}
+	return true
+}
+
+func (p *Pool) blockedUntil() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.blocked
+}

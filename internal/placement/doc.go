@@ -1,0 +1,75 @@
+// Package placement decides where a pool's instances run: in which zones, on
+// which market, and which on-demand stand-ins leave once spot is back. It is
+// the SpotHedge policy of SkyServe (Mao, Xia et al., "SkyServe: Serving AI
+// Models across Regions and Clouds with Spot Instances", EuroSys 2025,
+// https://arxiv.org/abs/2411.01438; its open implementation is SkyPilot's
+// serve autoscaler and DynamicFallbackSpotPlacer, documented at
+// https://docs.skypilot.co/en/latest/serving/spot-policy.html): spread spot
+// instances over failure domains, overprovision cheap spot instances as a
+// safeguard against preemptions, keep a base of on-demand instances, and fall
+// back to on-demand while spot is short.
+//
+// The package is pure: Policy.Decide maps a snapshot (the wanted serving
+// count N, the pool's live instances, the offerings and a CapacityMemory
+// read at its injected clock) to a Decision, plain data with a reason for
+// every launch and retirement. It launches nothing itself.
+//
+// # The policy, precisely
+//
+// Counting. Instances that are Leaving (an interruption notice, a drain, a
+// termination) count for nothing: they are going. Every other instance is
+// live; live instances whose market is not on-demand are spot. Ready means
+// the instance serves traffic.
+//
+// Targets. With N = max(0, Want):
+//
+//	base       = min(OnDemandBase, N)                  always-on on-demand instances
+//	spotTarget = N - base + Overprovision              (0 when N = 0)
+//	keepOD     = base + max(0, (N-base) - readySpot)   with SpotFallback, else base
+//
+// Spot launches. spotTarget - liveSpot spot instances are launched, one at a
+// time, each on a usable spot offering: Available, in Zones (when set), and
+// not Blocked in the CapacityMemory (it answered "insufficient capacity" or
+// had an instance preempted within the memory's TTL, 3 minutes by
+// default). Among usable offerings, those without a preemption within the
+// memory's PreemptedTTL (1 hour by default; SpotHedge's "active" zones as
+// opposed to its "preempted" ones) come first; then the one whose zone
+// holds the fewest of the pool's live spot instances (counting the
+// launches already decided); then the cheaper price; then the zone and
+// instance type in name order. A preempted zone is thus used again only
+// when no other zone can take the launch, or once its PreemptedTTL is
+// over. When no
+// spot offering is usable, the remaining spot launches are Unplaced (with a
+// note naming what was skipped and why); there is no on-demand substitute
+// for them except the fallback below, and none for the Overprovision part.
+//
+// Fallback. Without SpotFallback the pool keeps exactly base on-demand
+// instances. With it, on-demand instances cover the part of N - base that
+// spot does not: the pool launches on-demand until it holds
+//
+//	launchOD = base + max(0, (N-base) - (liveSpot + spot launches placed now))
+//
+// that is, only for spot that could not be placed (lazy fallback), or, with
+// EagerFallback, until it holds keepOD (SkyServe's rule: a spot instance
+// that is starting does not count until it is ready, so every gap in ready
+// spot is covered by on-demand at once). On-demand launches take the cheapest
+// usable on-demand offering; ties go to the zone holding fewer of the pool's
+// live instances, then to name order.
+//
+// Retirement, without a dip. On-demand instances beyond keepOD are retired;
+// since keepOD only falls when ready spot rises, an on-demand stand-in
+// leaves only after a spot instance that replaces it is Ready. Spot
+// instances beyond spotTarget (N was lowered) are retired too. Not-ready
+// instances go first (they serve nothing); among spot, those in the zone
+// holding the most, then the most expensive; then the youngest. A ready
+// instance is retired only while the pool keeps at least N ready instances
+// without it, so a retirement never takes the pool below N ready.
+//
+// What it does not do: move running spot instances to rebalance zones (as
+// SpotHedge, it places replacements and new instances only), or predict
+// preemptions. The engine applies the decision: launches with their zone and
+// market, drains before terminating retired ready instances, and records
+// every insufficient-capacity answer (CapacityMemory.Observe) and
+// interruption notice (CapacityMemory.RecordPreemption) in the
+// CapacityMemory.
+package placement

@@ -1,0 +1,214 @@
+package placement
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/tidegpu/tidegpu/internal/provider"
+)
+
+// Defaults of a CapacityMemory.
+const (
+	// DefaultCapacityTTL is how long an offering is skipped after it
+	// answered "insufficient capacity" or lost an instance to a preemption.
+	// Karpenter caches unavailable offerings for 3 minutes; the aws
+	// provider's DefaultUnavailableTTL is the same.
+	DefaultCapacityTTL = 3 * time.Minute
+	// DefaultPreemptedTTL is how long a zone that lost a spot instance to a
+	// preemption is placed after the zones that did not (SpotHedge's
+	// "preempted" set).
+	DefaultPreemptedTTL = time.Hour
+)
+
+// Key names an offering: zone x instance type x market.
+type Key struct {
+	Zone         string          `json:"zone"`
+	InstanceType string          `json:"instanceType"`
+	Market       provider.Market `json:"market"`
+}
+
+// KeyOf returns the key of an offering.
+func KeyOf(o provider.Offering) Key {
+	return Key{Zone: o.Zone, InstanceType: o.InstanceType, Market: o.Market}
+}
+
+// Blocked is what the memory holds about one offering.
+type Blocked struct {
+	Key Key `json:"key"`
+	// Until is when the offering may take launches again (zero: it may).
+	Until time.Time `json:"until,omitzero"`
+	// PreemptedUntil is when a recent preemption stops counting against it
+	// (zero: none).
+	PreemptedUntil time.Time `json:"preemptedUntil,omitzero"`
+	// Why it is held.
+	Why string `json:"why"`
+}
+
+// CapacityMemory remembers offerings that lacked capacity recently:
+// refused launches and preemptions make an offering unusable for the TTL,
+// and a preemption also puts it after the offerings that had none for the
+// PreemptedTTL. Time comes from its injected clock. It is safe for
+// concurrent use; a nil *CapacityMemory remembers nothing.
+type CapacityMemory struct {
+	clock        clock.PassiveClock
+	ttl          time.Duration
+	preemptedTTL time.Duration
+
+	mu sync.Mutex
+	m  map[Key]Blocked
+}
+
+// NewCapacityMemory returns an empty memory whose entries last ttl
+// (DefaultCapacityTTL when ttl <= 0) on clk (the real clock when nil), and
+// whose preemptions count for DefaultPreemptedTTL (see SetPreemptedTTL).
+func NewCapacityMemory(clk clock.PassiveClock, ttl time.Duration) *CapacityMemory {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if ttl <= 0 {
+		ttl = DefaultCapacityTTL
+	}
+	return &CapacityMemory{clock: clk, ttl: ttl, preemptedTTL: DefaultPreemptedTTL, m: map[Key]Blocked{}}
+}
+
+// SetPreemptedTTL sets how long a preemption puts its offering after the
+// others; 0 or less turns that off (a preemption then only blocks for the
+// TTL). It applies to preemptions recorded from now on.
+func (m *CapacityMemory) SetPreemptedTTL(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.preemptedTTL = max(d, 0)
+}
+
+// TTL is how long a refusal or preemption blocks an offering.
+func (m *CapacityMemory) TTL() time.Duration {
+	if m == nil {
+		return 0
+	}
+	return m.ttl
+}
+
+// Record marks k unusable from now for the TTL (extending an earlier
+// entry); why is kept for the decision's notes.
+func (m *CapacityMemory) Record(k Key, why string) {
+	if m == nil {
+		return
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.m[k]
+	b.Key, b.Until, b.Why = k, now.Add(m.ttl), why
+	m.m[k] = b
+}
+
+// RecordPreemption marks k unusable for the TTL, as Record does, and
+// preempted for the PreemptedTTL: placement then prefers offerings without
+// a recent preemption.
+func (m *CapacityMemory) RecordPreemption(k Key) {
+	if m == nil {
+		return
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.m[k]
+	b.Key, b.Until, b.Why = k, now.Add(m.ttl), "preempted"
+	if m.preemptedTTL > 0 {
+		b.PreemptedUntil = now.Add(m.preemptedTTL)
+	}
+	m.m[k] = b
+}
+
+// Observe records k when err is or wraps a *provider.InsufficientCapacityError
+// and reports whether it did. Other errors (throttling, bad requests) say
+// nothing about capacity and are not remembered.
+func (m *CapacityMemory) Observe(k Key, err error) bool {
+	if err == nil || !provider.IsInsufficientCapacity(err) {
+		return false
+	}
+	m.Record(k, "insufficient capacity")
+	return true
+}
+
+// Forget drops what is known of k, for example once an instance launched
+// there became ready.
+func (m *CapacityMemory) Forget(k Key) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, k)
+}
+
+// lookup returns the entry of k in force at now, pruning it when spent.
+func (m *CapacityMemory) lookup(k Key) (Blocked, time.Time, bool) {
+	if m == nil {
+		return Blocked{}, time.Time{}, false
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.m[k]
+	if !ok {
+		return Blocked{}, now, false
+	}
+	if !now.Before(b.Until) && !now.Before(b.PreemptedUntil) {
+		delete(m.m, k)
+		return Blocked{}, now, false
+	}
+	return b, now, true
+}
+
+// Blocked reports whether k may take no launch now, and the entry if so.
+func (m *CapacityMemory) Blocked(k Key) (Blocked, bool) {
+	b, now, ok := m.lookup(k)
+	if !ok || !now.Before(b.Until) {
+		return Blocked{}, false
+	}
+	return b, true
+}
+
+// Preempted reports whether k lost an instance to a preemption within the
+// PreemptedTTL.
+func (m *CapacityMemory) Preempted(k Key) bool {
+	b, now, ok := m.lookup(k)
+	return ok && now.Before(b.PreemptedUntil)
+}
+
+// List returns the entries in force now, sorted by key.
+func (m *CapacityMemory) List() []Blocked {
+	if m == nil {
+		return nil
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Blocked, 0, len(m.m))
+	for k, b := range m.m {
+		if !now.Before(b.Until) && !now.Before(b.PreemptedUntil) {
+			delete(m.m, k)
+			continue
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return keyLess(out[i].Key, out[j].Key) })
+	return out
+}
+
+func keyLess(a, b Key) bool {
+	if a.Zone != b.Zone {
+		return a.Zone < b.Zone
+	}
+	if a.InstanceType != b.InstanceType {
+		return a.InstanceType < b.InstanceType
+	}
+	return a.Market < b.Market
+}

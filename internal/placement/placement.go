@@ -1,0 +1,420 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/provider"
+)
+
+// Policy is a SpotHedge placement policy; see the package doc for what each
+// field does, precisely. The zero Policy runs all N on spot in every zone
+// with no fallback.
+type Policy struct {
+	// Overprovision is the number of spare spot instances kept beyond N, as
+	// a safeguard against preemptions. It is never covered by on-demand.
+	Overprovision int `json:"overprovision,omitempty"`
+	// OnDemandBase is the number of always-on on-demand instances, part of
+	// N. OnDemandBase >= N runs the pool all on-demand.
+	OnDemandBase int `json:"onDemandBase,omitempty"`
+	// SpotFallback launches on-demand instances for the part of N that spot
+	// cannot hold, and retires them once ready spot covers it again.
+	SpotFallback bool `json:"spotFallback,omitempty"`
+	// EagerFallback (with SpotFallback) covers every gap in ready spot with
+	// on-demand at once, even while a spot replacement is starting
+	// (SkyServe's dynamic_ondemand_fallback). Without it, on-demand is
+	// launched only for spot that could not be placed.
+	EagerFallback bool `json:"eagerFallback,omitempty"`
+	// Zones limits placement to these zones; empty means every zone offered.
+	Zones []string `json:"zones,omitempty"`
+}
+
+// ErrInvalidPolicy is wrapped by Policy.Validate's errors.
+var ErrInvalidPolicy = errors.New("invalid placement policy")
+
+// Validate checks the policy's fields.
+func (p Policy) Validate() error {
+	var errs []error
+	if p.Overprovision < 0 {
+		errs = append(errs, fmt.Errorf("%w: overprovision %d: want 0 or more", ErrInvalidPolicy, p.Overprovision))
+	}
+	if p.OnDemandBase < 0 {
+		errs = append(errs, fmt.Errorf("%w: onDemandBase %d: want 0 or more", ErrInvalidPolicy, p.OnDemandBase))
+	}
+	if p.EagerFallback && !p.SpotFallback {
+		errs = append(errs, fmt.Errorf("%w: eagerFallback needs spotFallback", ErrInvalidPolicy))
+	}
+	for _, z := range p.Zones {
+		if z == "" {
+			errs = append(errs, fmt.Errorf("%w: zones: empty zone name", ErrInvalidPolicy))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Instance is one of the pool's instances as placement sees it.
+type Instance struct {
+	ID           string          `json:"id"`
+	Zone         string          `json:"zone"`
+	InstanceType string          `json:"instanceType,omitempty"`
+	Market       provider.Market `json:"market"`
+	// Ready: it serves traffic.
+	Ready bool `json:"ready"`
+	// Leaving: it has an interruption notice, is draining or terminating;
+	// it counts for nothing and is never retired here.
+	Leaving bool `json:"leaving,omitempty"`
+	// LaunchedAt orders retirements (youngest first).
+	LaunchedAt time.Time `json:"launchedAt"`
+}
+
+// Input is everything a decision depends on.
+type Input struct {
+	// Want is N, the number of serving instances the pool wants.
+	Want int
+	// Instances are the pool's instances.
+	Instances []Instance
+	// Offerings are what the provider offers (zone x type x market, price,
+	// availability).
+	Offerings []provider.Offering
+	// Memory holds the offerings to skip; nil skips none.
+	Memory *CapacityMemory
+}
+
+// Launch asks for one instance on one offering.
+type Launch struct {
+	Zone         string          `json:"zone"`
+	InstanceType string          `json:"instanceType"`
+	Market       provider.Market `json:"market"`
+	PricePerHour float64         `json:"pricePerHour"`
+	PriceSource  string          `json:"priceSource,omitempty"`
+	Reason       string          `json:"reason"`
+}
+
+// Retire asks to take an instance out (drain it if ready, then terminate).
+type Retire struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Decision is what to do now, as plain data.
+type Decision struct {
+	// SpotTarget and OnDemandTarget are the live instances wanted per
+	// market: spotTarget and keepOD of the package doc.
+	SpotTarget     int `json:"spotTarget"`
+	OnDemandTarget int `json:"onDemandTarget"`
+	// Launches, in the order decided.
+	Launches []Launch `json:"launches,omitempty"`
+	// Retires, in the order decided.
+	Retires []Retire `json:"retires,omitempty"`
+	// Unplaced counts the spot launches wanted that no usable offering
+	// could take.
+	Unplaced int `json:"unplaced,omitempty"`
+	// Notes say what was skipped and why.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// counts summarises the live instances.
+type counts struct {
+	spotLive, spotReady, odLive, odReady int
+	spotByZone                           map[string]int // live spot per zone
+	allByZone                            map[string]int // live instances per zone
+}
+
+func count(insts []Instance) counts {
+	c := counts{spotByZone: map[string]int{}, allByZone: map[string]int{}}
+	for _, in := range insts {
+		if in.Leaving {
+			continue
+		}
+		c.allByZone[in.Zone]++
+		if in.Market == provider.MarketOnDemand {
+			c.odLive++
+			if in.Ready {
+				c.odReady++
+			}
+			continue
+		}
+		c.spotLive++
+		c.spotByZone[in.Zone]++
+		if in.Ready {
+			c.spotReady++
+		}
+	}
+	return c
+}
+
+// Decide computes the launches and retirements that move the pool toward
+// the policy's targets. It is pure apart from reading Memory at its clock.
+func (p Policy) Decide(in Input) Decision {
+	n := max(0, in.Want)
+	base := min(max(0, p.OnDemandBase), n)
+	spotTarget := 0
+	if n > 0 {
+		spotTarget = n - base + max(0, p.Overprovision)
+	}
+	c := count(in.Instances)
+	d := Decision{SpotTarget: spotTarget}
+
+	spotOffers, odOffers, notes := p.usable(in.Offerings, in.Memory)
+	d.Notes = append(d.Notes, notes...)
+	preempted := map[Key]bool{}
+	for _, o := range spotOffers {
+		if in.Memory.Preempted(KeyOf(o)) {
+			preempted[KeyOf(o)] = true
+		}
+	}
+
+	// Spot launches, spread over zones.
+	placed := 0
+	for i := c.spotLive; i < spotTarget; i++ {
+		o, ok := pickSpot(spotOffers, c.spotByZone, preempted)
+		if !ok {
+			d.Unplaced = spotTarget - i
+			d.Notes = append(d.Notes, fmt.Sprintf("%d spot launches not placed: no usable spot offering", d.Unplaced))
+			break
+		}
+		held := c.spotByZone[o.Zone]
+		c.spotByZone[o.Zone]++
+		c.allByZone[o.Zone]++
+		placed++
+		recent := ""
+		if preempted[KeyOf(o)] {
+			recent = ", preempted recently but the only choice"
+		}
+		d.Launches = append(d.Launches, launchOf(o, fmt.Sprintf("spot %d of %d (N %d - on-demand base %d + overprovision %d): %s holds %d of the pool's spot%s, %s",
+			i+1, spotTarget, n, base, max(0, p.Overprovision), o.Zone, held, recent, priceText(o))))
+	}
+
+	// On-demand: base, plus the fallback.
+	keep, launchTo := base, base
+	if p.SpotFallback {
+		keep += max(0, (n-base)-c.spotReady)
+		if p.EagerFallback {
+			launchTo = keep
+		} else {
+			launchTo += max(0, (n-base)-(c.spotLive+placed))
+		}
+	}
+	d.OnDemandTarget = keep
+	for i := c.odLive; i < launchTo; i++ {
+		o, ok := pickOnDemand(odOffers, c.allByZone)
+		if !ok {
+			d.Notes = append(d.Notes, fmt.Sprintf("%d on-demand launches not placed: no usable on-demand offering", launchTo-i))
+			break
+		}
+		c.allByZone[o.Zone]++
+		why := fmt.Sprintf("on-demand base %d of %d", i+1, base)
+		if i >= base {
+			why = fmt.Sprintf("on-demand fallback %d of %d: %d of %d spot ready, %d live or placed",
+				i+1-base, launchTo-base, c.spotReady, n-base, c.spotLive+placed)
+		}
+		d.Launches = append(d.Launches, launchOf(o, why+", "+priceText(o)))
+	}
+
+	// Retirements: never below N ready.
+	ready := c.spotReady + c.odReady
+	prices := priceIndex(in.Offerings)
+	if excess := c.odLive - keep; excess > 0 {
+		cands := filter(in.Instances, func(x Instance) bool { return !x.Leaving && x.Market == provider.MarketOnDemand })
+		sortRetire(cands, nil, prices)
+		for _, x := range cands {
+			if excess == 0 {
+				break
+			}
+			if x.Ready && ready-1 < n {
+				continue
+			}
+			why := fmt.Sprintf("on-demand %d above target %d", c.odLive, keep)
+			if p.SpotFallback && c.odLive > base {
+				why = fmt.Sprintf("fallback no longer needed: %d spot ready of %d", c.spotReady, n-base)
+			}
+			if x.Ready {
+				ready--
+			}
+			d.Retires = append(d.Retires, Retire{ID: x.ID, Reason: why})
+			excess--
+		}
+	}
+	if excess := c.spotLive - spotTarget; excess > 0 {
+		cands := filter(in.Instances, func(x Instance) bool { return !x.Leaving && x.Market != provider.MarketOnDemand })
+		byZone := count(in.Instances).spotByZone
+		for ; excess > 0 && len(cands) > 0; excess-- {
+			// Re-rank after each pick: the zone holding the most changes.
+			sortRetire(cands, byZone, prices)
+			i := slices.IndexFunc(cands, func(x Instance) bool { return !x.Ready || ready-1 >= n })
+			if i < 0 {
+				break
+			}
+			x := cands[i]
+			cands = slices.Delete(cands, i, i+1)
+			byZone[x.Zone]--
+			if x.Ready {
+				ready--
+			}
+			d.Retires = append(d.Retires, Retire{ID: x.ID, Reason: fmt.Sprintf("spot %d above target %d", c.spotLive, spotTarget)})
+		}
+	}
+	return d
+}
+
+// usable splits the offerings that may take a launch by market, sorted for
+// determinism, and notes what was skipped.
+func (p Policy) usable(offers []provider.Offering, mem *CapacityMemory) (spot, od []provider.Offering, notes []string) {
+	for _, o := range offers {
+		if len(p.Zones) > 0 && !slices.Contains(p.Zones, o.Zone) {
+			continue
+		}
+		if !o.Available {
+			notes = append(notes, fmt.Sprintf("skipped %s %s in %s: the provider reports no capacity", o.Market, o.InstanceType, o.Zone))
+			continue
+		}
+		if b, blocked := mem.Blocked(KeyOf(o)); blocked {
+			notes = append(notes, fmt.Sprintf("skipped %s %s in %s until %s: %s", o.Market, o.InstanceType, o.Zone,
+				b.Until.UTC().Format(time.RFC3339), b.Why))
+			continue
+		}
+		if o.Market == provider.MarketOnDemand {
+			od = append(od, o)
+		} else {
+			spot = append(spot, o)
+		}
+	}
+	sort.Slice(spot, func(i, j int) bool { return keyLess(KeyOf(spot[i]), KeyOf(spot[j])) })
+	sort.Slice(od, func(i, j int) bool { return keyLess(KeyOf(od[i]), KeyOf(od[j])) })
+	return spot, od, notes
+}
+
+// pickSpot: an offering without a recent preemption, then the zone holding
+// the fewest of the pool's spot, then the cheapest, then name order (offers
+// are sorted by key).
+func pickSpot(offers []provider.Offering, byZone map[string]int, preempted map[Key]bool) (provider.Offering, bool) {
+	best := -1
+	for i, o := range offers {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := offers[best]
+		if po, pb := preempted[KeyOf(o)], preempted[KeyOf(b)]; po != pb {
+			if !po {
+				best = i
+			}
+			continue
+		}
+		if h, hb := byZone[o.Zone], byZone[b.Zone]; h != hb {
+			if h < hb {
+				best = i
+			}
+			continue
+		}
+		if price(o) < price(b) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return provider.Offering{}, false
+	}
+	return offers[best], true
+}
+
+// pickOnDemand: the cheapest, then the zone holding fewer of the pool's
+// instances, then name order.
+func pickOnDemand(offers []provider.Offering, byZone map[string]int) (provider.Offering, bool) {
+	best := -1
+	for i, o := range offers {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := offers[best]
+		if price(o) != price(b) {
+			if price(o) < price(b) {
+				best = i
+			}
+			continue
+		}
+		if byZone[o.Zone] < byZone[b.Zone] {
+			best = i
+		}
+	}
+	if best < 0 {
+		return provider.Offering{}, false
+	}
+	return offers[best], true
+}
+
+// price treats an unknown price (0) as dearer than any known one, so that
+// placement never prefers an offering because nobody knows what it costs.
+func price(o provider.Offering) float64 {
+	if o.PricePerHour <= 0 {
+		return 1e18
+	}
+	return o.PricePerHour
+}
+
+func priceText(o provider.Offering) string {
+	if o.PricePerHour <= 0 {
+		return "price unknown"
+	}
+	src := o.PriceSource
+	if src == "" {
+		src = "unlabelled"
+	}
+	cur := o.Currency
+	if cur == "" {
+		cur = "?"
+	}
+	return fmt.Sprintf("%.4g %s/h (%s)", o.PricePerHour, cur, src)
+}
+
+func launchOf(o provider.Offering, reason string) Launch {
+	return Launch{Zone: o.Zone, InstanceType: o.InstanceType, Market: o.Market,
+		PricePerHour: o.PricePerHour, PriceSource: o.PriceSource, Reason: reason}
+}
+
+func priceIndex(offers []provider.Offering) map[Key]float64 {
+	m := make(map[Key]float64, len(offers))
+	for _, o := range offers {
+		m[KeyOf(o)] = o.PricePerHour
+	}
+	return m
+}
+
+func filter(insts []Instance, keep func(Instance) bool) []Instance {
+	var out []Instance
+	for _, x := range insts {
+		if keep(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// sortRetire orders retirement candidates: not ready first; then (when
+// byZone is given) the zone holding the most; then the most expensive; then
+// the youngest; then the greater ID.
+func sortRetire(xs []Instance, byZone map[string]int, prices map[Key]float64) {
+	sort.SliceStable(xs, func(i, j int) bool {
+		a, b := xs[i], xs[j]
+		if a.Ready != b.Ready {
+			return !a.Ready
+		}
+		if byZone != nil && byZone[a.Zone] != byZone[b.Zone] {
+			return byZone[a.Zone] > byZone[b.Zone]
+		}
+		pa := prices[Key{a.Zone, a.InstanceType, a.Market}]
+		pb := prices[Key{b.Zone, b.InstanceType, b.Market}]
+		if pa != pb {
+			return pa > pb
+		}
+		if !a.LaunchedAt.Equal(b.LaunchedAt) {
+			return a.LaunchedAt.After(b.LaunchedAt)
+		}
+		return strings.Compare(a.ID, b.ID) > 0
+	})
+}
