@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/agent/metadatatest"
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
 // startAgent runs `tidegpu agent` with args until the test ends.
-func startAgent(t *testing.T, args ...string) *syncBuffer {
+func startAgent(t *testing.T, args ...string) *testbin.SyncBuffer {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"agent"}, args...)...)
-	out := &syncBuffer{}
+	out := &testbin.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
 var binary string
@@ -36,46 +36,22 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: skipped in -short mode")
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "tidegpu-e2e-bin")
+	bin, cleanup, err := testbin.Build()
 	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "tidegpu")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/tidegpu")
-	build.Dir = "../.."
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building tidegpu:", err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
+	binary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
-}
-
-// syncBuffer collects a process's output safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // upProc is one running `tidegpu up`.
 type upProc struct {
 	t        *testing.T
 	cmd      *exec.Cmd
-	out      *syncBuffer
+	out      *testbin.SyncBuffer
 	gateway  string // http://host:port
 	admin    string
 	stateDir string
@@ -103,7 +79,7 @@ func startUp(t *testing.T, stateDir string, args ...string) *upProc {
 	gw, adm := freeAddr(t), freeAddr(t)
 	all := append([]string{"up", "--gateway-addr", gw, "--admin-addr", adm, "--state-dir", stateDir, "--log-level", "warn"}, args...)
 	cmd := exec.Command(binary, all...)
-	out := &syncBuffer{}
+	out := &testbin.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -139,19 +115,15 @@ func (u *upProc) stop(sig syscall.Signal) {
 	}
 }
 
-// eventually polls cond every 20ms until it holds or timeout passes.
+// eventually polls cond until it holds or timeout passes, and says how long
+// it took.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		if cond() {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a condition, not a stand-in for one
+	d, ok := testbin.Eventually(timeout, cond)
+	if !ok {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
+	return d
 }
 
 func (u *upProc) pools() []engine.PoolView {
@@ -250,15 +222,7 @@ func readStatePIDs(t *testing.T, dir string) map[string]int {
 }
 
 // alive reports whether pid runs and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
+func alive(pid int) bool { return testbin.Alive(pid) }
 
 // load drives the gateway with concurrent clients, half streaming, and
 // classifies every request.
