@@ -161,7 +161,8 @@ func Run(ctx context.Context, o Options) error {
 
 	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
 	go sampler.Run(engineCtx)
-	gwSrv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	go meterBusy(engineCtx, gw, ledger, 200*time.Millisecond)
+	gwSrv := &http.Server{Handler: &usageRecorder{next: gw, ledger: ledger}, ReadHeaderTimeout: 10 * time.Second}
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}

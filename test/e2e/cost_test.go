@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -135,5 +136,56 @@ func TestBudgetCapAtMinimum(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(b), `tidegpu_pool_budget_exceeded{pool="capped"} 1`) {
 		t.Errorf("metric tidegpu_pool_budget_exceeded{pool=\"capped\"} is not 1")
+	}
+}
+
+// $ per million tokens: the gateway reads the token counts from the
+// answers; the report's tokens equal what the clients were told, and the
+// allocation basis is spend / tokens.
+func TestCostPerMillionTokens(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pool.yaml")
+	pool := "apiVersion: tidegpu.eja.dev/v1\nkind: TidePool\nmetadata:\n  name: priced\nspec:\n  minimum: 2\n  maximum: 2\n  serving:\n    models: [\"qwen2:0.5b\"]\n  pricing:\n    spotPerHour: \"3.6\"\n"
+	if err := os.WriteFile(file, []byte(pool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := startUp(t, "", "-f", file)
+	u.waitReady("priced", 2, 30*time.Second)
+	var served float64
+	for i := 0; i < 20; i++ {
+		stream := i%2 == 0
+		code, body := postJSON(t, u.gateway+"/api/chat", fmt.Sprintf(`{"model":"qwen2:0.5b","stream":%t,"options":{"num_predict":%d},"messages":[{"role":"user","content":"写一首诗 %d"}]}`, stream, 10+i, i))
+		if code != 200 {
+			t.Fatalf("chat: %d %s", code, body)
+		}
+		lines := strings.Split(strings.TrimSpace(body), "\n")
+		var done struct {
+			PromptEvalCount float64 `json:"prompt_eval_count"`
+			EvalCount       float64 `json:"eval_count"`
+		}
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &done); err != nil {
+			t.Fatal(err)
+		}
+		served += done.PromptEvalCount + done.EvalCount
+	}
+	var tc admin.TokenCost
+	var c admin.CostView
+	eventually(t, 5*time.Second, "the report to count every token served", func() bool {
+		c = u.cost(t)
+		for _, x := range c.CostPerMillionTokens {
+			if x.Model == "qwen2:0.5b" && x.Basis == "allocation" {
+				tc = x
+			}
+		}
+		// A window that ends inside an hour counts that hour's tokens pro
+		// rata by time (the ledger keeps tokens per hour): within 0.1 %.
+		return rel(tc.Tokens, served) < 1e-3
+	})
+	hand := c.Spend / served * 1e6
+	t.Logf("%.0f tokens served; spend %.6f; $/Mtok allocation %.4f (by hand %.4f), usage %v", served, c.Spend, tc.Value, hand, c.CostPerMillionTokens)
+	// The report and the hand computation read spend at slightly different
+	// moments; both run at 2 x 3.6 $/h.
+	if rel(tc.Value, hand) > 0.05 {
+		t.Errorf("$/Mtok allocation %.4f, by hand %.4f", tc.Value, hand)
 	}
 }

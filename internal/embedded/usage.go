@@ -1,0 +1,176 @@
+package embedded
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/gateway"
+)
+
+// tailSize is how much of each answer is kept to read its token counts:
+// Ollama and OpenAI put them in the last chunk (or at the end of a whole
+// answer).
+const tailSize = 4096
+
+// usageRecorder wraps the gateway and, after each answer, records the
+// tokens it carried (Ollama prompt_eval_count/eval_count, OpenAI usage) in
+// the cost ledger for the backend that served it (X-Tidegpu-Backend).
+type usageRecorder struct {
+	next   http.Handler
+	ledger *cost.Ledger
+}
+
+func (u *usageRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tw := &tailWriter{ResponseWriter: w}
+	u.next.ServeHTTP(tw, r)
+	id := w.Header().Get(gateway.BackendHeader)
+	if id == "" || tw.status >= 300 {
+		return
+	}
+	if model, prompt, completion, ok := ParseUsage(tw.tail()); ok {
+		u.ledger.AddTokens(id, model, prompt, completion, time.Now())
+	}
+}
+
+// tailWriter passes everything through and keeps the last tailSize bytes.
+type tailWriter struct {
+	http.ResponseWriter
+	status int
+	buf    [2 * tailSize]byte
+	n      int
+}
+
+func (t *tailWriter) WriteHeader(code int) {
+	if t.status == 0 {
+		t.status = code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	if t.status == 0 {
+		t.status = http.StatusOK
+	}
+	n, err := t.ResponseWriter.Write(p)
+	t.keep(p[:n])
+	return n, err
+}
+
+func (t *tailWriter) keep(p []byte) {
+	if len(p) >= tailSize {
+		t.n = copy(t.buf[:], p[len(p)-tailSize:])
+		return
+	}
+	if t.n+len(p) > len(t.buf) {
+		keep := tailSize - len(p)
+		copy(t.buf[:], t.buf[t.n-keep:t.n])
+		t.n = keep
+	}
+	t.n += copy(t.buf[t.n:], p)
+}
+
+func (t *tailWriter) tail() []byte { return t.buf[:t.n] }
+
+// Flush keeps streams streaming.
+func (t *tailWriter) Flush() {
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (t *tailWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// Hijack is passed through for completeness (the gateway does not hijack).
+func (t *tailWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(t.ResponseWriter).Hijack()
+}
+
+var (
+	reModel      = regexp.MustCompile(`"model"\s*:\s*"([^"\\]{1,200})"`)
+	rePromptOll  = regexp.MustCompile(`"prompt_eval_count"\s*:\s*(\d{1,12})`)
+	reEvalOll    = regexp.MustCompile(`"eval_count"\s*:\s*(\d{1,12})`)
+	rePromptOpen = regexp.MustCompile(`"prompt_tokens"\s*:\s*(\d{1,12})`)
+	reCompOpen   = regexp.MustCompile(`"completion_tokens"\s*:\s*(\d{1,12})`)
+)
+
+// ParseUsage reads the token counts from the end of an answer (outside
+// input): the last Ollama counts or OpenAI usage, and the model. ok is false
+// when the tail carries no counts (an unfinished stream, an error).
+func ParseUsage(tail []byte) (model string, prompt, completion int64, ok bool) {
+	last := func(re *regexp.Regexp) (string, bool) {
+		m := re.FindAllSubmatch(tail, -1)
+		if len(m) == 0 {
+			return "", false
+		}
+		return string(m[len(m)-1][1]), true
+	}
+	num := func(s string) int64 {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			return 0
+		}
+		return v
+	}
+	if m, found := last(reModel); found {
+		model = m
+	}
+	if c, found := last(reEvalOll); found {
+		p, _ := last(rePromptOll)
+		return model, num(p), num(c), true
+	}
+	if c, found := last(reCompOpen); found {
+		p, _ := last(rePromptOpen)
+		return model, num(p), num(c), true
+	}
+	return model, 0, 0, false
+}
+
+// meterBusy samples the gateway's in-flight counts and tells the ledger when
+// each backend turns busy or idle, so idle cost and usage-based $/Mtok know
+// when instances served. Sampling every interval bounds the error of each
+// busy period to one interval.
+func meterBusy(ctx context.Context, gw *gateway.Gateway, l *cost.Ledger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	busy := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			now := time.Now()
+			for id, b := range busy {
+				if b {
+					l.BusyEnd(id, now)
+				}
+			}
+			return
+		case now := <-t.C:
+			seen := map[string]bool{}
+			for _, b := range gw.Backends() {
+				seen[b.ID] = true
+				on := b.InFlight > 0
+				switch {
+				case on && !busy[b.ID]:
+					l.BusyStart(b.ID, now)
+				case !on && busy[b.ID]:
+					l.BusyEnd(b.ID, now)
+				}
+				busy[b.ID] = on
+			}
+			for id, b := range busy {
+				if !seen[id] {
+					if b {
+						l.BusyEnd(id, now)
+					}
+					delete(busy, id)
+				}
+			}
+		}
+	}
+}
