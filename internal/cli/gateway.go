@@ -99,7 +99,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
-	f.StringVar(&o.policy, "policy", gateway.PolicyLeastRequest, "balancing policy: "+gateway.PolicyLeastRequest+" or "+gateway.PolicyRoundRobin)
+	f.StringVar(&o.policy, "policy", gateway.PolicyP2C, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
@@ -107,7 +107,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 // validate checks the flags that need no I/O.
 func (o *gatewayOptions) validate() error {
 	if _, err := gateway.NewPolicy(o.policy); err != nil {
-		return fmt.Errorf("invalid --policy %q: want %s or %s", o.policy, gateway.PolicyLeastRequest, gateway.PolicyRoundRobin)
+		return fmt.Errorf("invalid --policy %q: want one of %s", o.policy, strings.Join(gateway.PolicyNames, ", "))
 	}
 	if err := checkListenAddr(o.addr); err != nil {
 		return fmt.Errorf("invalid --addr %q: %v", o.addr, err)
@@ -120,9 +120,9 @@ func (o *gatewayOptions) validate() error {
 	return nil
 }
 
-// source returns where the gateway's backends come from. Today that is only
-// the fixed --backend list; a --kubeconfig mode would return a source
-// watching the cluster's pools here instead.
+// source returns where the gateway's backends come from: the cluster's
+// pools with --kubeconfig (or in a pod when no --backend is given), else the
+// fixed --backend list.
 func (o *gatewayOptions) source() (backendSource, error) {
 	if o.kubeconfig != "" || (len(o.backends) == 0 && inCluster()) {
 		if len(o.backends) > 0 {

@@ -14,6 +14,8 @@ import (
 )
 
 func TestGatewayCommandFlagValidation(t *testing.T) {
+	// Not "in a pod": without --backend the command would follow the cluster.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	const ok = "http://127.0.0.1:11434"
 	tests := []struct {
 		args []string

@@ -27,6 +27,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 	"github.com/tidegpu/tidegpu/internal/registrar"
@@ -87,7 +88,12 @@ func Run(ctx context.Context, o Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	gw, err := gateway.New(gateway.Options{Policy: o.Policy, Registry: reg})
+	// The backends' own /metrics (vLLM names: queue depth, batch, TTFT)
+	// feed the default p2c policy; backends without them (Ollama) fall
+	// back to the gateway's own measurements.
+	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
+	defer scrape.Close()
+	gw, err := gateway.New(gateway.Options{Policy: o.Policy, Registry: reg, Metrics: scrape, MetricsInterval: 250 * time.Millisecond})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

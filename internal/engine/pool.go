@@ -300,6 +300,7 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	p.mu.Lock()
 	for i := range plan.Targets {
 		plan.Targets[i].Weight = int(p.weights[plan.Targets[i].ID])
+		plan.Targets[i].Models = spec.Serving.Models
 	}
 	p.mu.Unlock()
 

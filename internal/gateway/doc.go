@@ -35,6 +35,25 @@
 // X-Tidegpu-Pool restricts the candidates to one pool; every response that
 // came from a backend carries X-Tidegpu-Backend with that backend's ID.
 //
+// A request's model (the "model" field of its JSON body) restricts the
+// candidates to the backends published as serving it (Backend.Models), and
+// a version split (SetVersionSplit) divides a model's traffic among the
+// backends' versions (Backend.Version). A backend without Models serves any
+// model; a model no backend declares is not restricted.
+//
+// # Balancing
+//
+// Options.Policy picks one candidate per attempt: "p2c" (the default:
+// power of two choices over a load score of in-flight requests, peak-EWMA
+// latency and, from Options.Metrics while fresh, queue depth and batch
+// size; see Score and P2C), "least-request", "round-robin" (smooth
+// weighted) or "weighted" (random in proportion to Backend.Weight, the
+// weights an AIBalancer computes). Options.Metrics is read in the
+// background every Options.MetricsInterval and stored on each backend for
+// the policy to read atomically; metrics older than Options.MetricsMaxAge
+// count as missing, and missing metrics make the comparison fall back to
+// the gateway's own signals (SignalStatus says which a pool is on).
+//
 // # Backends and health
 //
 // The pool controller publishes each pool's backends with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 )
 
 // Header names used by the gateway.
@@ -49,12 +52,19 @@ type Backend struct {
 	Address  string // host:port, plain HTTP
 	Weight   int    // relative capacity, > 0; 0 (or less) means DefaultWeight
 	Draining bool   // gets no new requests; in-flight ones continue
+	// Models are the model names the backend serves, for model-aware
+	// routing; empty means any model. See SetVersionSplit.
+	Models []string
+	// Version is the version of the model(s) the backend serves, for a
+	// version split (SetVersionSplit); "" if none.
+	Version string
 }
 
 // Options configures a Gateway. The zero value is valid: every zero field
 // takes its default.
 type Options struct {
-	// Policy is "least-request" (the default) or "round-robin".
+	// Policy is "p2c" (the default), "least-request", "round-robin" or
+	// "weighted"; see PolicyNames.
 	Policy string
 	// CustomPolicy, if non-nil, is used instead of the one named by Policy.
 	CustomPolicy Policy
@@ -118,8 +128,24 @@ type Options struct {
 	// per backend.
 	Transport http.RoundTripper
 
-	// Clock drives probes, ejections and waits. nil means the real clock.
-	// Latency metrics always use real time.
+	// Metrics, if non-nil, is read every MetricsInterval in the background
+	// for the backends' own load (queue depth above all), which the p2c
+	// policy adds to the gateway's signals while it is fresh. The gateway
+	// does not Close it. nil: the gateway's own signals only.
+	Metrics loadmetrics.Source
+	// MetricsInterval is the period of reading Metrics. 0 means
+	// DefaultMetricsInterval.
+	MetricsInterval time.Duration
+	// MetricsMaxAge is the age beyond which a backend's metrics are stale
+	// and ignored. 0 means four MetricsIntervals.
+	MetricsMaxAge time.Duration
+	// LatencyDecay is the time constant of the peak-EWMA latency estimate
+	// (see Upstream.PeakLatency). 0 means DefaultLatencyDecay.
+	LatencyDecay time.Duration
+
+	// Clock drives probes, ejections, waits, metric ages and latency
+	// decay. nil means the real clock. Latency samples are always measured
+	// in real time.
 	Clock clock.Clock
 	// Registry, if non-nil, gets the gateway's metrics.
 	Registry prometheus.Registerer
@@ -151,7 +177,16 @@ type Gateway struct {
 	ejectFor      time.Duration
 	maxEjectFor   time.Duration
 
-	table atomic.Pointer[table]
+	metricsSrc      loadmetrics.Source // nil: none
+	metricsInterval time.Duration
+	metricsMaxAge   time.Duration
+	metricsTimeout  time.Duration
+	metricsErr      atomic.Pointer[string] // the source's last error; nil if it worked
+	metricsDone     chan struct{}
+	latencyDecay    time.Duration
+
+	table  atomic.Pointer[table]
+	splits atomic.Pointer[map[string][]VersionWeight] // nil: no version split
 
 	mu      sync.Mutex    // serializes SetBackends and guards the fields below
 	retired []*Upstream   // removed from their pool, requests still in flight
@@ -169,6 +204,9 @@ type table struct {
 	pools map[string][]*Upstream
 	all   []*Upstream
 	byID  map[string]*Upstream
+	// modelAware: some backend publishes its models, so requests' models
+	// are read.
+	modelAware bool
 }
 
 var emptyTable = &table{pools: map[string][]*Upstream{}, byID: map[string]*Upstream{}}
@@ -184,23 +222,27 @@ func New(opts Options) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{
-		policy:        policy,
-		transport:     opts.Transport,
-		clock:         opts.Clock,
-		log:           opts.Logger,
-		maxRetries:    opts.MaxRetries,
-		maxBody:       opts.MaxBodyBytes,
-		waitFor:       opts.WaitForBackend,
-		probeInterval: opts.ProbeInterval,
-		probePath:     opts.ProbePath,
-		probeTimeout:  opts.ProbeTimeout,
-		probeFailures: opts.ProbeFailures,
-		probeAdmit:    opts.ProbeBeforeAdmit,
-		ejectAfter:    opts.EjectAfter,
-		ejectFor:      opts.EjectFor,
-		maxEjectFor:   opts.MaxEjectFor,
-		changed:       make(chan struct{}),
-		kick:          make(chan struct{}, 1),
+		policy:          policy,
+		transport:       opts.Transport,
+		clock:           opts.Clock,
+		log:             opts.Logger,
+		maxRetries:      opts.MaxRetries,
+		maxBody:         opts.MaxBodyBytes,
+		waitFor:         opts.WaitForBackend,
+		probeInterval:   opts.ProbeInterval,
+		probePath:       opts.ProbePath,
+		probeTimeout:    opts.ProbeTimeout,
+		probeFailures:   opts.ProbeFailures,
+		probeAdmit:      opts.ProbeBeforeAdmit,
+		ejectAfter:      opts.EjectAfter,
+		ejectFor:        opts.EjectFor,
+		maxEjectFor:     opts.MaxEjectFor,
+		metricsSrc:      opts.Metrics,
+		metricsInterval: opts.MetricsInterval,
+		metricsMaxAge:   opts.MetricsMaxAge,
+		latencyDecay:    opts.LatencyDecay,
+		changed:         make(chan struct{}),
+		kick:            make(chan struct{}, 1),
 	}
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -269,6 +311,27 @@ func New(opts Options) (*Gateway, error) {
 	if opts.ResponseHeaderTimeout < 0 {
 		bad("ResponseHeaderTimeout", "must not be negative, got %v", opts.ResponseHeaderTimeout)
 	}
+	switch {
+	case g.metricsInterval == 0:
+		g.metricsInterval = DefaultMetricsInterval
+	case g.metricsInterval < 0:
+		bad("MetricsInterval", "must not be negative, got %v", g.metricsInterval)
+	}
+	switch {
+	case g.metricsMaxAge == 0:
+		g.metricsMaxAge = 4 * g.metricsInterval
+	case g.metricsMaxAge < 0:
+		bad("MetricsMaxAge", "must not be negative, got %v", g.metricsMaxAge)
+	}
+	switch {
+	case g.latencyDecay == 0:
+		g.latencyDecay = DefaultLatencyDecay
+	case g.latencyDecay < 0:
+		bad("LatencyDecay", "must not be negative, got %v", g.latencyDecay)
+	}
+	// A snapshot may take up to half the max age, so that one slow read
+	// does not by itself make the metrics stale.
+	g.metricsTimeout = max(g.metricsMaxAge/2, g.metricsInterval)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -277,6 +340,17 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	if p, ok := g.policy.(*P2C); ok {
+		if p.Clock == nil {
+			p.Clock = g.clock
+		}
+		if p.MaxAge == 0 {
+			p.MaxAge = g.metricsMaxAge
+		}
+		if p.Decay == 0 {
+			p.Decay = g.latencyDecay
+		}
 	}
 	if g.transport == nil {
 		g.ownTransport = newTransport(cmp(opts.DialTimeout, DefaultDialTimeout), opts.ResponseHeaderTimeout)
@@ -296,6 +370,12 @@ func New(opts Options) (*Gateway, error) {
 		go g.probeLoop()
 	} else {
 		close(g.probeDone)
+	}
+	g.metricsDone = make(chan struct{})
+	if g.metricsSrc != nil {
+		go g.metricsLoop()
+	} else {
+		close(g.metricsDone)
 	}
 	return g, nil
 }
@@ -333,12 +413,14 @@ func newTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 	}
 }
 
-// Close stops the probes, unregisters the metrics and closes idle
+// Close stops the probes and the reading of Options.Metrics (without
+// closing that source), unregisters the metrics and closes idle
 // connections. In-flight requests continue. Close is idempotent.
 func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
 		g.cancel()
 		<-g.probeDone
+		<-g.metricsDone
 		g.metrics.unregister()
 		if g.ownTransport != nil {
 			g.ownTransport.CloseIdleConnections()
@@ -406,6 +488,7 @@ func (g *Gateway) SetBackends(pool string, bs []Backend) {
 		}
 		u.weight.Store(w)
 		u.draining.Store(b.Draining)
+		u.setMeta(b.Models, b.Version)
 		keep[u] = true
 		list = append(list, u)
 	}
@@ -424,6 +507,9 @@ func (g *Gateway) SetBackends(pool string, bs []Backend) {
 		for _, u := range next.pools[name] {
 			next.all = append(next.all, u)
 			next.byID[u.id] = u
+			if len(u.Models()) > 0 {
+				next.modelAware = true
+			}
 		}
 	}
 	g.table.Store(next)
@@ -552,6 +638,22 @@ type BackendStatus struct {
 	// EWMALatency: moving average of the time to response headers.
 	EWMALatency time.Duration `json:"ewmaLatencyNs"`
 	LastError   string        `json:"lastError,omitempty"`
+	// Models and Version as published.
+	Models  []string `json:"models,omitempty"`
+	Version string   `json:"version,omitempty"`
+	// PeakTTFT and PeakLatency: peak EWMAs of the time to response headers
+	// of streamed and of complete responses, as p2c sees them now;
+	// ErrorRate: EWMA of failed attempts.
+	PeakTTFT    time.Duration `json:"peakTTFTNs"`
+	PeakLatency time.Duration `json:"peakLatencyNs"`
+	ErrorRate   float64       `json:"errorRate"`
+	// QueueDepth: requests waiting on the backend per Options.Metrics, if
+	// MetricsFresh.
+	QueueDepth   float64 `json:"queueDepth,omitempty"`
+	MetricsFresh bool    `json:"metricsFresh"`
+	// Concurrency: the requests the backend runs at once before queueing,
+	// as estimated from its metrics; 0 if unknown.
+	Concurrency float64 `json:"concurrency,omitempty"`
 }
 
 // Backends returns the state of every backend, published or still draining
@@ -581,6 +683,18 @@ func (g *Gateway) Backends() []BackendStatus {
 			ConsecutiveFailures: int(u.consecutive.Load()),
 			EWMALatency:         u.EWMA(),
 			LastError:           lastErr,
+			Models:              u.Models(),
+			Version:             u.Version(),
+			PeakTTFT:            u.PeakTTFT(now, g.latencyDecay),
+			PeakLatency:         u.PeakLatency(now, g.latencyDecay),
+			ErrorRate:           u.ErrorRate(),
+			Concurrency:         math.Float64frombits(u.concBits.Load()),
+		}
+		if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
+			s.MetricsFresh = true
+			if m.Has&loadmetrics.FieldQueueDepth != 0 {
+				s.QueueDepth = m.QueueDepth
+			}
 		}
 		if ejected {
 			s.EjectedUntil = time.Unix(0, until)

@@ -907,6 +907,9 @@ func TestNewValidatesOptions(t *testing.T) {
 		"EjectFor":         {EjectFor: -time.Second},
 		"MaxEjectFor":      {EjectFor: time.Minute, MaxEjectFor: time.Second},
 		"DialTimeout":      {DialTimeout: -1},
+		"MetricsInterval":  {MetricsInterval: -1},
+		"MetricsMaxAge":    {MetricsMaxAge: -1},
+		"LatencyDecay":     {LatencyDecay: -1},
 	} {
 		if _, err := New(opts); err == nil || !strings.Contains(err.Error(), "Options."+field) {
 			t.Errorf("%s: error %v does not name the field", field, err)

@@ -33,6 +33,7 @@ func isConnectFailure(err error) bool {
 // probation, and its next failure ejects it again.
 func (g *Gateway) recordFailure(u *Upstream, reason string, connect bool) {
 	u.failures.Add(1)
+	u.observeOutcome(true)
 	n := u.consecutive.Add(1)
 	u.mu.Lock()
 	u.lastErr = reason
@@ -57,10 +58,17 @@ func (g *Gateway) recordFailure(u *Upstream, reason string, connect bool) {
 	g.log.Warn("gateway: backend ejected", "backend", u.id, "pool", u.pool, "for", d, "consecutiveFailures", n, "reason", reason)
 }
 
-// recordSuccess counts an attempt that got a response; it ends any ejection
-// and the failure streak.
-func (g *Gateway) recordSuccess(u *Upstream, latency time.Duration) {
+// recordSuccess counts an attempt that got a response after latency; it
+// ends any ejection and the failure streak. stream says the response is
+// streamed, so that latency is the time to first token.
+func (g *Gateway) recordSuccess(u *Upstream, latency time.Duration, stream bool) {
 	u.observeLatency(latency)
+	if stream {
+		u.ttft.observe(g.clock.Now(), latency, g.latencyDecay)
+	} else {
+		u.whole.observe(g.clock.Now(), latency, g.latencyDecay)
+	}
+	u.observeOutcome(false)
 	if u.consecutive.Load() == 0 && u.ejectedUntil.Load() == 0 {
 		return
 	}

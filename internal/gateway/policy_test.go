@@ -115,7 +115,10 @@ func TestRoundRobinPick(t *testing.T) {
 }
 
 func TestNewPolicy(t *testing.T) {
-	for name, want := range map[string]string{"": "*gateway.LeastRequest", "least-request": "*gateway.LeastRequest", "round-robin": "*gateway.RoundRobin"} {
+	for name, want := range map[string]string{
+		"": "*gateway.P2C", "p2c": "*gateway.P2C", "least-request": "*gateway.LeastRequest",
+		"round-robin": "*gateway.RoundRobin", "weighted": "*gateway.Weighted",
+	} {
 		p, err := NewPolicy(name)
 		if err != nil || fmt.Sprintf("%T", p) != want {
 			t.Errorf("NewPolicy(%q) = %T, %v; want %s", name, p, err, want)
@@ -123,5 +126,27 @@ func TestNewPolicy(t *testing.T) {
 	}
 	if _, err := NewPolicy("random"); err == nil {
 		t.Error("NewPolicy(random) succeeded")
+	}
+}
+
+// BenchmarkPick measures one pick among 8 candidates per policy; none may
+// allocate.
+func BenchmarkPick(b *testing.B) {
+	specs := make([]upSpec, 8)
+	for i := range specs {
+		specs[i] = upSpec{weight: 100, inflight: int64(i % 3)}
+	}
+	for _, name := range PolicyNames {
+		b.Run(name, func(b *testing.B) {
+			p, err := NewPolicy(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ups := mkUps(specs...)
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Pick(ups, nil)
+			}
+		})
 	}
 }

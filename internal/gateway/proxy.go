@@ -57,6 +57,8 @@ type exchange struct {
 	pool     string
 	tried    []*Upstream
 	deadline time.Time // end of the wait for a backend; zero until the first wait
+	model    string    // the body's "model", if hasModel
+	hasModel bool
 
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
@@ -107,6 +109,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	e.tried = e.triedBuf[:0]
+	if g.table.Load().modelAware || g.splits.Load() != nil {
+		e.model, e.hasModel = requestModel(body)
+	}
 	e.serve()
 }
 
@@ -207,7 +212,7 @@ func (e *exchange) serve() {
 			if a.resp.StatusCode >= 500 {
 				g.recordFailure(u, "status "+a.resp.Status, false)
 			} else {
-				g.recordSuccess(u, a.latency)
+				g.recordSuccess(u, a.latency, isStream(a.resp.Header))
 			}
 			e.commit(&a)
 			return
@@ -273,10 +278,11 @@ func (e *exchange) next() *Upstream {
 	}
 }
 
-// pick chooses among the eligible backends (of the requested pool, if any)
-// not yet tried, and counts the request in flight on the chosen one. If all
-// eligible backends are passively ejected it chooses among those rather than
-// fail (panic routing).
+// pick chooses among the eligible backends (of the requested pool, if any,
+// and serving the request's model, if any does) not yet tried, narrowed to
+// one version by a version split, and counts the request in flight on the
+// chosen one. If all eligible backends are passively ejected it chooses
+// among those rather than fail (panic routing).
 func (e *exchange) pick() *Upstream {
 	g := e.g
 	for range 4 {
@@ -285,11 +291,12 @@ func (e *exchange) pick() *Upstream {
 		if e.pool != "" {
 			src = t.pools[e.pool]
 		}
+		byModel := e.hasModel && t.modelAware && anyServes(src, e.model)
 		now := g.clock.Now().UnixNano()
 		cands := e.candBuf[:0]
 		anyEjected := false
 		for _, u := range src {
-			if !e.eligible(u) {
+			if !e.eligible(u) || (byModel && !u.serves(e.model)) {
 				continue
 			}
 			if u.ejected(now) {
@@ -300,11 +307,12 @@ func (e *exchange) pick() *Upstream {
 		}
 		if len(cands) == 0 && anyEjected {
 			for _, u := range src {
-				if e.eligible(u) {
+				if e.eligible(u) && (!byModel || u.serves(e.model)) {
 					cands = append(cands, u)
 				}
 			}
 		}
+		cands = g.applySplit(cands, e.model)
 		if len(cands) == 0 {
 			return nil
 		}
@@ -322,6 +330,16 @@ func (e *exchange) pick() *Upstream {
 		g.release(u)
 	}
 	return nil
+}
+
+// anyServes reports whether a backend of src serves model.
+func anyServes(src []*Upstream, model string) bool {
+	for _, u := range src {
+		if u.serves(model) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *exchange) eligible(u *Upstream) bool {
@@ -461,6 +479,17 @@ func (e *exchange) commit(a *attempt) {
 		}
 		h[k] = vv
 	}
+}
+
+// isStream reports whether a response is a token stream by its media
+// type: NDJSON (Ollama) or Server-Sent Events (OpenAI API, vLLM).
+func isStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	return hasPrefixFold(ct, "application/x-ndjson") || hasPrefixFold(ct, "text/event-stream")
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // fail answers the client with a gateway error as JSON {"error": msg}.

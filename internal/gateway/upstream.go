@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 )
 
 // errBackendDown is the cancellation cause of attempts that were waiting for
@@ -38,6 +41,25 @@ type Upstream struct {
 	ejectedUntil atomic.Int64  // unix nanoseconds on Options.Clock; 0 = not ejected
 	consecutive  atomic.Int32  // consecutive passive failures
 	ewmaBits     atomic.Uint64 // math.Float64bits of the EWMA of time to headers, in seconds
+	errBits      atomic.Uint64 // math.Float64bits of the EWMA of failed attempts (0 or 1 each)
+
+	// meta is what the pool controller published about the backend besides
+	// its address: the models it serves and its version. SetBackends
+	// replaces it.
+	meta atomic.Pointer[backendMeta]
+
+	// Peak EWMAs of the time to response headers (see PeakLatency): of
+	// streamed responses (whose headers come with the first token: the
+	// time to first token) and of complete ones (headers at the end).
+	ttft  peakEWMA
+	whole peakEWMA
+
+	// ext is the latest snapshot of the backend's own metrics from
+	// Options.Metrics; nil until the first one.
+	ext atomic.Pointer[loadmetrics.BackendMetrics]
+	// concBits is math.Float64bits of the latest concurrency estimate from
+	// the metrics (see concurrencyEstimate); 0 if none yet.
+	concBits atomic.Uint64
 
 	// life is cancelled when the probe declares the backend down; attempts
 	// waiting for headers hang their cancellation on it.
@@ -63,12 +85,59 @@ func newLife() *lifeSignal {
 	return &lifeSignal{ctx: ctx, cancel: cancel}
 }
 
+// backendMeta is the published description of a backend that can change
+// under the same ID.
+type backendMeta struct {
+	models  []string // empty: any model
+	version string
+}
+
+var noMeta = &backendMeta{}
+
+// setMeta publishes the backend's models and version, keeping the current
+// value (and its identity) if nothing changed.
+func (u *Upstream) setMeta(models []string, version string) {
+	cur := u.meta.Load()
+	if cur.version == version && slices.Equal(cur.models, models) {
+		return
+	}
+	if len(models) == 0 && version == "" {
+		u.meta.Store(noMeta)
+		return
+	}
+	u.meta.Store(&backendMeta{models: slices.Clone(models), version: version})
+}
+
 func newUpstream(id, pool, address string, weight int64, healthy bool) *Upstream {
 	u := &Upstream{id: id, pool: pool, address: address, idHeader: []string{id}}
 	u.weight.Store(weight)
 	u.healthy.Store(healthy)
 	u.life.Store(newLife())
+	u.meta.Store(noMeta)
 	return u
+}
+
+// Models returns the models the backend serves as published; empty means
+// any model.
+func (u *Upstream) Models() []string { return u.meta.Load().models }
+
+// Version returns the backend's model version as published ("" if none).
+func (u *Upstream) Version() string { return u.meta.Load().version }
+
+// serves reports whether the backend serves model: it publishes no models
+// (any), or one of its models is model, where a name without a tag and the
+// same name with ":latest" are the same model (as in Ollama).
+func (u *Upstream) serves(model string) bool {
+	ms := u.meta.Load().models
+	if len(ms) == 0 {
+		return true
+	}
+	for _, m := range ms {
+		if sameModel(m, model) {
+			return true
+		}
+	}
+	return false
 }
 
 // ID returns the backend's instance ID.
@@ -92,6 +161,56 @@ func (u *Upstream) InFlight() int64 { return u.inflight.Load() }
 func (u *Upstream) ejected(now int64) bool {
 	until := u.ejectedUntil.Load()
 	return until != 0 && now < until
+}
+
+// ErrorRate returns the exponentially weighted moving average of failed
+// attempts (each attempt counts 1 if it failed, 0 if it got an answer), with
+// the newest attempt weighing errAlpha: 0 for a backend that never failed.
+func (u *Upstream) ErrorRate() float64 { return math.Float64frombits(u.errBits.Load()) }
+
+// errAlpha is the weight of the newest attempt in the error-rate EWMA.
+const errAlpha = 0.1
+
+func (u *Upstream) observeOutcome(failed bool) {
+	s := 0.0
+	if failed {
+		s = 1
+	}
+	for {
+		old := u.errBits.Load()
+		v := errAlpha*s + (1-errAlpha)*math.Float64frombits(old)
+		if v < 1e-9 {
+			v = 0
+		}
+		if u.errBits.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
+
+// PeakLatency returns the peak EWMA (see peakEWMA) at now of the time to
+// response headers of complete (not streamed) responses: their whole
+// generation. 0 means no sample yet. decay is Options.LatencyDecay.
+func (u *Upstream) PeakLatency(now time.Time, decay time.Duration) time.Duration {
+	return u.whole.value(now, decay)
+}
+
+// PeakTTFT returns the peak EWMA at now of the time to response headers of
+// streamed responses (NDJSON, Server-Sent Events), which an inference
+// server sends with the first token: the time to first token, queueing
+// included. 0 means no sample yet.
+func (u *Upstream) PeakTTFT(now time.Time, decay time.Duration) time.Duration {
+	return u.ttft.value(now, decay)
+}
+
+// Metrics returns the latest metrics the gateway's metrics source reported
+// for the backend, and whether there are any (fresh or not: see
+// loadmetrics.BackendMetrics.Fresh).
+func (u *Upstream) Metrics() (loadmetrics.BackendMetrics, bool) {
+	if m := u.ext.Load(); m != nil {
+		return *m, true
+	}
+	return loadmetrics.BackendMetrics{}, false
 }
 
 // EWMA returns the exponentially weighted moving average of the time from

@@ -15,6 +15,10 @@ type Target struct {
 	// Weight is the relative share of traffic, 1..65535; 0 means the
 	// registrar's default (100).
 	Weight int `json:"weight,omitempty"`
+	// Models the backend serves (empty: any) and its model Version, for
+	// model-aware routing.
+	Models  []string `json:"models,omitempty"`
+	Version string   `json:"version,omitempty"`
 }
 
 // Registrar makes a gateway's backends for a pool equal to targets: it adds

@@ -29,7 +29,8 @@ func Backends(tp *tidev1.TidePool) []gateway.Backend {
 	}
 	for _, in := range tp.Status.Instances {
 		if in.Phase == tidev1.PhaseReady && in.Address != "" {
-			out = append(out, gateway.Backend{ID: in.ID, Pool: pool, Address: in.Address, Weight: int(in.Weight)})
+			out = append(out, gateway.Backend{ID: in.ID, Pool: pool, Address: in.Address, Weight: int(in.Weight),
+				Models: tp.Spec.Serving.Models})
 		}
 	}
 	return out

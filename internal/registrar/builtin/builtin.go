@@ -27,7 +27,8 @@ func New(gw *gateway.Gateway) *Registrar { return &Registrar{gw: gw} }
 func (r *Registrar) Sync(_ context.Context, pool string, targets []registrar.Target) error {
 	bs := make([]gateway.Backend, 0, len(targets))
 	for _, t := range targets {
-		bs = append(bs, gateway.Backend{ID: t.ID, Pool: pool, Address: t.Address, Weight: t.Weight})
+		bs = append(bs, gateway.Backend{ID: t.ID, Pool: pool, Address: t.Address, Weight: t.Weight,
+			Models: t.Models, Version: t.Version})
 	}
 	r.gw.SetBackends(pool, bs)
 	return nil

@@ -1,0 +1,96 @@
+package routingbench
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBackendLatencyAndCapacity(t *testing.T) {
+	ms := time.Millisecond
+	fast := Backend{TTFT: 40 * ms, TokenTime: 20 * ms, BatchSlowdown: 0.05, MaxBatch: 8}
+	slow := fast
+	slow.SlowFactor = 3
+	tests := []struct {
+		name    string
+		b       Backend
+		n, k    int
+		wantLat time.Duration
+	}{
+		{"one token is the prefill", fast, 1, 1, 40 * ms},
+		{"alone", fast, 16, 1, 40*ms + 15*20*ms},
+		{"full batch slows tokens by 35%", fast, 16, 8, 40*ms + time.Duration(15*20*1.35*float64(ms))},
+		{"slow factor multiplies all", slow, 16, 8, 3 * (40*ms + time.Duration(15*20*1.35*float64(ms)))},
+		{"k below 1 counts as 1", fast, 16, 0, 40*ms + 15*20*ms},
+	}
+	for _, tt := range tests {
+		if got := tt.b.Latency(tt.n, tt.k); got != tt.wantLat {
+			t.Errorf("%s: Latency = %v, want %v", tt.name, got, tt.wantLat)
+		}
+	}
+	// 8 / 0.445 s and 8 / 1.335 s.
+	if got := fast.Capacity(16); math.Abs(got-8/0.445) > 1e-6 {
+		t.Errorf("fast capacity %v", got)
+	}
+	if got := PoolCapacity([]Backend{fast, fast, fast, slow}, 16); math.Abs(got-(3*8/0.445+8/1.335)) > 1e-6 {
+		t.Errorf("pool capacity %v", got)
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	a := Schedule(50, 20*time.Second, 0.5, 7)
+	b := Schedule(50, 20*time.Second, 0.5, 7)
+	if len(a) != len(b) || a[len(a)/2] != b[len(b)/2] {
+		t.Fatal("same seed, different schedules")
+	}
+	if c := Schedule(50, 20*time.Second, 0.5, 8); len(c) == len(a) && c[0] == a[0] {
+		t.Error("different seeds, same schedule")
+	}
+	// 1000 expected; Poisson sd ~32.
+	if len(a) < 880 || len(a) > 1120 {
+		t.Errorf("%d arrivals in 20s at 50/s", len(a))
+	}
+	streams := 0
+	for i, x := range a {
+		if x.At < 0 || x.At >= 20*time.Second || (i > 0 && x.At < a[i-1].At) {
+			t.Fatalf("arrival %d at %v out of order or range", i, x.At)
+		}
+		if x.Stream {
+			streams++
+		}
+	}
+	if streams < len(a)*40/100 || streams > len(a)*60/100 {
+		t.Errorf("%d of %d streaming, want about half", streams, len(a))
+	}
+	if Schedule(0, time.Second, 0.5, 1) != nil || Schedule(1, 0, 0.5, 1) != nil {
+		t.Error("empty schedule expected")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	xs := []time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
+	for _, tt := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 5}, {99, 10}, {10, 1}, {11, 2}, {100, 10}, {0.1, 1}} {
+		if got := Percentile(xs, tt.p); got != tt.want {
+			t.Errorf("p%v = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+	if xs[0] != 5 {
+		t.Error("input sorted in place")
+	}
+	if Percentile(nil, 50) != 0 {
+		t.Error("empty")
+	}
+}
+
+func TestHAProxyConfig(t *testing.T) {
+	c := HAProxyConfig("127.0.0.1:9000", []string{"127.0.0.1:1", "127.0.0.1:2"})
+	for _, want := range []string{"bind 127.0.0.1:9000", "balance leastconn", "server s0 127.0.0.1:1\n", "server s1 127.0.0.1:2\n", "mode http", "option http-no-delay"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("config lacks %q:\n%s", want, c)
+		}
+	}
+}

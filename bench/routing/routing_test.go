@@ -1,0 +1,448 @@
+package routingbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway"
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/metrics/promtest"
+	"github.com/tidegpu/tidegpu/internal/sim"
+)
+
+// The experiment's parameters.
+const (
+	outputTokens = 16
+	streamShare  = 0.5
+	load         = 0.70 // of the pool's capacity
+	warmup       = 3 * time.Second
+	seed         = 20260601
+	// requestTimeout bounds one request; round-robin's queue on the slow
+	// backend stays far below it.
+	requestTimeout = 2 * time.Minute
+)
+
+// secondsEnv overrides the measured seconds per balancer (default 20);
+// onlyEnv, a comma-separated list of substrings of balancer names, runs
+// only those (the goal checks then apply only to what ran).
+const (
+	secondsEnv = "TIDEGPU_ROUTING_SECONDS"
+	onlyEnv    = "TIDEGPU_ROUTING_ONLY"
+)
+
+// pool is the simulated pool: three backends and one three times slower.
+func pool() []Backend {
+	fast := Backend{TTFT: 40 * time.Millisecond, TokenTime: 20 * time.Millisecond, BatchSlowdown: 0.05, MaxBatch: 8, SlowFactor: 1}
+	slow := fast
+	slow.SlowFactor = 3
+	return []Backend{fast, fast, fast, slow}
+}
+
+// result is one request's outcome.
+type result struct {
+	stream   bool
+	ttft     time.Duration // streams only: to the first NDJSON line
+	e2e      time.Duration // to the end of the body
+	instance string        // X-Tidegpu-Instance: which simulator answered
+	err      error
+}
+
+// row is one balancer's summary.
+type row struct {
+	name           string
+	n, errs        int
+	ttft50, ttft99 time.Duration
+	e2e50, e2e99   time.Duration
+	slowShare      float64
+}
+
+// balancer starts a balancer in front of the simulators' addresses and
+// returns its base URL, a function to call when the warm-up ends (nil for
+// none) and a stop function.
+type balancer struct {
+	name  string
+	start func(t *testing.T, addrs []string) (url string, atWarmup, stop func())
+}
+
+func TestRoutingQuality(t *testing.T) {
+	if testing.Short() {
+		t.Skip("routing-quality benchmark: about two minutes; runs without -short")
+	}
+	haproxy := haproxyBinary()
+	if haproxy == "" {
+		t.Skip("haproxy not found: install the Debian package `haproxy` (/usr/sbin/haproxy)")
+	}
+	measured := 20 * time.Second
+	if v := os.Getenv(secondsEnv); v != "" {
+		s, err := strconv.Atoi(v)
+		if err != nil || s < 5 || s > 600 {
+			t.Fatalf("%s=%q: want seconds in 5..600", secondsEnv, v)
+		}
+		measured = time.Duration(s) * time.Second
+	}
+
+	bs := pool()
+	var addrs []string
+	for i, b := range bs {
+		id := fmt.Sprintf("fast-%d", i)
+		if b.SlowFactor > 1 {
+			id = fmt.Sprintf("slow-%d", i)
+		}
+		s := sim.New(sim.Config{
+			TTFT: b.TTFT, TokenTime: b.TokenTime, BatchSlowdown: b.BatchSlowdown, MaxBatch: b.MaxBatch,
+			OutputTokens: outputTokens, SlowFactor: b.SlowFactor, InstanceID: id,
+		})
+		srv := httptest.NewServer(s)
+		t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); s.Close() })
+		addrs = append(addrs, srv.Listener.Addr().String())
+	}
+	capacity := PoolCapacity(bs, outputTokens)
+	rate := load * capacity
+	arrivals := Schedule(rate, warmup+measured, streamShare, seed)
+	t.Logf("pool: 3 backends TTFT 40ms, 20ms/token, batch 8, slowdown 5%%/sequence; 1 backend x3 slower; %d tokens per answer", outputTokens)
+	t.Logf("capacity %.1f req/s (fast %.2f, slow %.2f: MaxBatch / latency at a full batch); offered %.1f req/s (%.0f%%), %d arrivals over %v (first %v unmeasured)",
+		capacity, bs[0].Capacity(outputTokens), bs[3].Capacity(outputTokens), rate, load*100, len(arrivals), warmup+measured, warmup)
+
+	balancers := []balancer{
+		{"round-robin", gatewayBalancer(gateway.PolicyRoundRobin, false)},
+		{"least-request", gatewayBalancer(gateway.PolicyLeastRequest, false)},
+		{"p2c, gateway signals only", gatewayBalancer(gateway.PolicyP2C, false)},
+		{"p2c + /metrics scrape (default)", gatewayBalancer(gateway.PolicyP2C, true)},
+		{"p2c + Prometheus, killed after warm-up", prometheusBalancer()},
+		{"HAProxy balance leastconn", haproxyBalancer(haproxy)},
+	}
+	// Fail fast if HAProxy cannot start here, before minutes of runs.
+	_, _, stop := haproxyBalancer(haproxy)(t, addrs)
+	stop()
+
+	if only := os.Getenv(onlyEnv); only != "" {
+		balancers = slices.DeleteFunc(balancers, func(b balancer) bool {
+			return !slices.ContainsFunc(strings.Split(only, ","), func(s string) bool { return strings.Contains(b.name, s) })
+		})
+	}
+	rows := map[string]row{}
+	var order []string
+	for _, b := range balancers {
+		url, atWarmup, stop := b.start(t, addrs)
+		if url == "" {
+			continue // not available here; start said why
+		}
+		res := drive(url, arrivals, atWarmup)
+		stop()
+		r := summarize(b.name, arrivals, res)
+		rows[b.name] = r
+		order = append(order, b.name)
+		t.Logf("%-32s done: %d requests, %d errors", b.name, r.n, r.errs)
+	}
+
+	var table strings.Builder
+	table.WriteString("| balancer | requests | errors | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | to the slow backend |\n")
+	table.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, name := range order {
+		r := rows[name]
+		fmt.Fprintf(&table, "| %s | %d | %d | %s | %s | %s | %s | %.1f %% |\n",
+			r.name, r.n, r.errs, ms(r.ttft50), ms(r.ttft99), ms(r.e2e50), ms(r.e2e99), 100*r.slowShare)
+	}
+	t.Logf("results (TTFT over streaming requests, e2e over all):\n%s", table.String())
+
+	for _, r := range rows {
+		if r.errs > 0 {
+			t.Errorf("%s: %d failed requests", r.name, r.errs)
+		}
+	}
+	def, okDef := rows["p2c + /metrics scrape (default)"]
+	if rr, ok := rows["round-robin"]; ok && okDef {
+		t.Logf("default vs round-robin: p99 TTFT %.1fx lower, p99 e2e %.1fx lower (goal: >= 2x)",
+			ratio(rr.ttft99, def.ttft99), ratio(rr.e2e99, def.e2e99))
+		if 2*def.e2e99 > rr.e2e99 || 2*def.ttft99 > rr.ttft99 {
+			t.Errorf("goal missed: the default's p99 is not 2x lower than round-robin's")
+		}
+	}
+	if hap, ok := rows["HAProxy balance leastconn"]; ok && okDef {
+		t.Logf("default vs HAProxy leastconn: p99 TTFT %.2fx, p99 e2e %.2fx of HAProxy's (goal: <= 1)",
+			ratio(def.ttft99, hap.ttft99), ratio(def.e2e99, hap.e2e99))
+		// "No worse" within 5 %: when both send more than 1 % of the
+		// requests to the slow backend, both p99 TTFTs are its prefill
+		// (120 ms) plus a few ms of noise.
+		if float64(def.e2e99) > 1.05*float64(hap.e2e99) || float64(def.ttft99) > 1.05*float64(hap.ttft99) {
+			t.Errorf("goal missed: the default's p99 is worse than HAProxy leastconn's")
+		}
+	}
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// summarize takes the requests that arrived after the warm-up.
+func summarize(name string, arrivals []Arrival, res []result) row {
+	r := row{name: name}
+	var ttft, e2e []time.Duration
+	slow := 0
+	for i, a := range arrivals {
+		if a.At < warmup {
+			continue
+		}
+		x := res[i]
+		r.n++
+		if x.err != nil {
+			r.errs++
+			continue
+		}
+		e2e = append(e2e, x.e2e)
+		if x.stream {
+			ttft = append(ttft, x.ttft)
+		}
+		if strings.HasPrefix(x.instance, "slow") {
+			slow++
+		}
+	}
+	r.ttft50, r.ttft99 = Percentile(ttft, 50), Percentile(ttft, 99)
+	r.e2e50, r.e2e99 = Percentile(e2e, 50), Percentile(e2e, 99)
+	if n := r.n - r.errs; n > 0 {
+		r.slowShare = float64(slow) / float64(n)
+	}
+	return r
+}
+
+// drive sends the arrivals to base open-loop: each at its time whatever
+// the others are doing, latency counted from its scheduled time (so a
+// generator that falls behind cannot hide queueing).
+func drive(base string, arrivals []Arrival, atWarmup func()) []result {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true, Proxy: nil}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	res := make([]result, len(arrivals))
+	var wg sync.WaitGroup
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	start := time.Now()
+	if atWarmup != nil {
+		w := time.AfterFunc(warmup, atWarmup)
+		defer w.Stop()
+	}
+	for i, a := range arrivals {
+		at := start.Add(a.At)
+		if d := time.Until(at); d > 0 {
+			timer.Reset(d)
+			<-timer.C // pacing the open-loop generator, not a synchronisation
+		}
+		wg.Go(func() { res[i] = send(client, base, a.Stream, at, i) })
+	}
+	wg.Wait()
+	return res
+}
+
+// send issues one Ollama /api/generate request.
+func send(client *http.Client, base string, stream bool, at time.Time, i int) result {
+	r := result{stream: stream}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	body := fmt.Sprintf(`{"model":"qwen2:0.5b","prompt":"request %d: tell me about tides","stream":%t}`, i, stream)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/generate", strings.NewReader(body))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer resp.Body.Close()
+	r.instance = resp.Header.Get(sim.InstanceHeader)
+	if resp.StatusCode != http.StatusOK {
+		r.err = fmt.Errorf("status %s", resp.Status)
+		return r
+	}
+	if stream {
+		br := bufio.NewReader(resp.Body)
+		line, err := br.ReadBytes('\n')
+		if err != nil || !bytes.Contains(line, []byte(`"done":false`)) {
+			r.err = fmt.Errorf("first chunk %q: %v", line, err)
+			return r
+		}
+		r.ttft = time.Since(at)
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			r.err = err
+			return r
+		}
+	} else if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		r.err = err
+		return r
+	}
+	r.e2e = time.Since(at)
+	return r
+}
+
+// gatewayBalancer runs the built-in gateway in this process on a loopback
+// socket with policy; withScrape adds the direct /metrics scrape every
+// 250 ms (the configuration the default policy is meant to run with).
+func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []string) (string, func(), func()) {
+	return func(t *testing.T, addrs []string) (string, func(), func()) {
+		var src loadmetrics.Source
+		if withScrape {
+			src = loadmetrics.NewScrape(loadmetrics.ScrapeOptions{Timeout: 500 * time.Millisecond})
+		}
+		url, stop := startGateway(t, policy, src, addrs)
+		return url, nil, stop
+	}
+}
+
+// prometheusBalancer runs the default policy on metrics from a real
+// Prometheus (Debian's package) scraping the simulators every 250 ms, and
+// kills Prometheus when the warm-up ends: the measured part runs on the
+// gateway's fallback (its own signals and the batch sizes learnt before).
+func prometheusBalancer() func(t *testing.T, addrs []string) (string, func(), func()) {
+	return func(t *testing.T, addrs []string) (string, func(), func()) {
+		if promtest.Binary() == "" {
+			t.Log("prometheus not found (Debian package `prometheus`): skipping the Prometheus row")
+			return "", nil, func() {}
+		}
+		prom := promtest.Start(t, addrs, 250*time.Millisecond)
+		prom.WaitFor(t, "vllm:num_requests_waiting", len(addrs), 20*time.Second)
+		src, err := loadmetrics.NewPrometheus(loadmetrics.PrometheusOptions{Address: prom.URL, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url, stop := startGateway(t, gateway.PolicyP2C, src, addrs)
+		return url, prom.Stop, func() {
+			stop()
+			prom.Stop()
+		}
+	}
+}
+
+// startGateway runs the built-in gateway in this process on a loopback
+// socket with policy and, if src is not nil, metrics from src every 250 ms
+// (waiting until every backend has fresh ones).
+func startGateway(t *testing.T, policy string, src loadmetrics.Source, addrs []string) (string, func()) {
+	opts := gateway.Options{Policy: policy}
+	if src != nil {
+		opts.Metrics, opts.MetricsInterval, opts.MetricsMaxAge = src, 250*time.Millisecond, time.Second
+	}
+	g, err := gateway.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs []gateway.Backend
+	for i, a := range addrs {
+		bs = append(bs, gateway.Backend{ID: fmt.Sprint("b", i), Pool: "bench", Address: a})
+	}
+	g.SetBackends("bench", bs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	if src != nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for g.SignalStatus()["bench"].Fresh < len(addrs) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no fresh metrics: %+v", g.SignalStatus())
+			}
+			time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+		}
+	}
+	return "http://" + ln.Addr().String(), func() {
+		for _, b := range g.Backends() {
+			t.Logf("  %s %s: %d requests, peak TTFT %v, peak latency %v, batch estimate %.1f", policy, b.Address,
+				b.Requests, b.PeakTTFT.Round(time.Millisecond), b.PeakLatency.Round(time.Millisecond), b.Concurrency)
+		}
+		if src != nil {
+			t.Logf("  signals at the end: %+v", g.SignalStatus()["bench"])
+		}
+		_ = srv.Close()
+		g.Close()
+		if src != nil {
+			src.Close()
+		}
+	}
+}
+
+func haproxyBinary() string {
+	if p, err := exec.LookPath("haproxy"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
+		return "/usr/sbin/haproxy"
+	}
+	return ""
+}
+
+// haproxyBalancer runs HAProxy (a process of its own) with a configuration
+// generated in a temporary directory, listening on loopback only.
+func haproxyBalancer(bin string) func(t *testing.T, addrs []string) (string, func(), func()) {
+	return func(t *testing.T, addrs []string) (string, func(), func()) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen := ln.Addr().String()
+		ln.Close()
+		cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+		if err := os.WriteFile(cfg, []byte(HAProxyConfig(listen, addrs)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd := exec.Command(bin, "-f", cfg, "-db")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting haproxy: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		stop := func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		base := "http://" + listen
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(base + "/")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = errors.New(resp.Status)
+			}
+			select {
+			case <-done:
+				t.Fatalf("haproxy exited: %s", out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				stop()
+				t.Fatalf("haproxy not answering: %v; output: %s", err, out.String())
+			}
+			time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+		}
+		return base, nil, stop
+	}
+}

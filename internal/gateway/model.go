@@ -1,0 +1,313 @@
+package gateway
+
+import (
+	"encoding/json"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// Model-aware routing.
+//
+// A request names its model in the "model" field of its JSON body (Ollama's
+// /api/chat and /api/generate, OpenAI's /v1/chat/completions and
+// /v1/completions, vLLM). Backends published with Backend.Models serve only
+// those models; a backend without Models serves any. When at least one
+// published backend (of the request's pool, if it names one) serves the
+// request's model, only those are candidates; when none does, every backend
+// is (its own answer, typically 404 "model not found", reaches the client).
+// Requests without a model (GET /api/tags, a body that is not a JSON
+// object) are not restricted.
+//
+// A version split divides one model's traffic among versions of it
+// (AIBalancer's ModelBased strategy: v1 90, v2 10). Backends carry their
+// version in Backend.Version; SetVersionSplit sets a model's weights. For
+// each attempt a version is drawn among the split's versions that have a
+// candidate, in proportion to their weights, and only that version's
+// candidates are offered to the policy. Candidates of versions not in the
+// split get no traffic while any split version has a candidate; if none
+// has, the split is ignored rather than failing the request.
+
+// VersionWeight is one version's share of a model's traffic.
+type VersionWeight struct {
+	Version string
+	// Weight is relative to the other versions of the split; 0 sends the
+	// version nothing.
+	Weight int
+}
+
+// SetVersionSplit sets the traffic split of model among its versions; an
+// empty split removes it. The model "" is the default split, for requests
+// whose model has no split of its own (and requests without a model). It is
+// in force when SetVersionSplit returns.
+func (g *Gateway) SetVersionSplit(model string, split []VersionWeight) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.splits.Load()
+	next := map[string][]VersionWeight{}
+	if old != nil {
+		next = maps.Clone(*old)
+	}
+	clean := make([]VersionWeight, 0, len(split))
+	for _, v := range split {
+		if v.Weight > 0 {
+			clean = append(clean, v)
+		}
+	}
+	if len(clean) == 0 {
+		delete(next, model)
+	} else {
+		next[model] = clean
+	}
+	if len(next) == 0 {
+		g.splits.Store(nil)
+		return
+	}
+	g.splits.Store(&next)
+}
+
+// VersionSplits returns a copy of the version splits in force, by model.
+func (g *Gateway) VersionSplits() map[string][]VersionWeight {
+	p := g.splits.Load()
+	if p == nil {
+		return map[string][]VersionWeight{}
+	}
+	out := make(map[string][]VersionWeight, len(*p))
+	for k, v := range *p {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+// splitFor returns the split that applies to a request for model.
+func (g *Gateway) splitFor(model string) []VersionWeight {
+	p := g.splits.Load()
+	if p == nil {
+		return nil
+	}
+	if s, ok := (*p)[model]; ok {
+		return s
+	}
+	return (*p)[""]
+}
+
+// chooseVersion draws a version of split in proportion to the weights of
+// those for which has(version) is true, using draw(n) uniform in [0, n).
+// ok is false when no version of the split has candidates. Pure given draw.
+func chooseVersion(split []VersionWeight, has func(string) bool, draw func(n int) int) (string, bool) {
+	total := 0
+	for _, v := range split {
+		if v.Weight > 0 && has(v.Version) {
+			total += v.Weight
+		}
+	}
+	if total == 0 {
+		return "", false
+	}
+	r := draw(total)
+	for _, v := range split {
+		if v.Weight > 0 && has(v.Version) {
+			if r < v.Weight {
+				return v.Version, true
+			}
+			r -= v.Weight
+		}
+	}
+	return "", false // unreachable with a draw in range
+}
+
+// applySplit narrows cands (in place) to one version drawn by the split
+// that applies to model, if any.
+func (g *Gateway) applySplit(cands []*Upstream, model string) []*Upstream {
+	split := g.splitFor(model)
+	if split == nil || len(cands) == 0 {
+		return cands
+	}
+	has := func(v string) bool {
+		for _, u := range cands {
+			if u.meta.Load().version == v {
+				return true
+			}
+		}
+		return false
+	}
+	v, ok := chooseVersion(split, has, rand.IntN)
+	if !ok {
+		return cands
+	}
+	return slices.DeleteFunc(cands, func(u *Upstream) bool { return u.meta.Load().version != v })
+}
+
+// sameModel reports whether two model names name the same model: equal, or
+// equal once a ":latest" tag is dropped (Ollama resolves "llama3" to
+// "llama3:latest").
+func sameModel(a, b string) bool {
+	if a == b {
+		return true
+	}
+	return strings.TrimSuffix(a, ":latest") == strings.TrimSuffix(b, ":latest")
+}
+
+// requestModel returns the top-level "model" field of a JSON object body
+// if it is a string. It scans the buffered body without building a
+// document: a chat request's messages can be megabytes. As encoding/json
+// does, a repeated key counts with its last value. It returns false for
+// bodies that are not a JSON object, are cut short, or have no string
+// "model".
+func requestModel(b []byte) (string, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return "", false
+	}
+	i++
+	var (
+		model string
+		found bool
+	)
+	for first := true; ; first = false {
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return "", false
+		}
+		if b[i] == '}' && first {
+			return model, found
+		}
+		if b[i] != '"' {
+			return "", false
+		}
+		kEnd, kSimple, ok := scanString(b, i)
+		if !ok {
+			return "", false
+		}
+		isModel := keyIs(b[i:kEnd], kSimple, "model")
+		i = skipSpace(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return "", false
+		}
+		i = skipSpace(b, i+1)
+		if isModel && i < len(b) && b[i] == '"' {
+			vEnd, vSimple, ok := scanString(b, i)
+			if !ok {
+				return "", false
+			}
+			model, found = decodeString(b[i:vEnd], vSimple), true
+			i = vEnd
+		} else {
+			if isModel {
+				model, found = "", false // the last "model" is not a string
+			}
+			if i, ok = skipValue(b, i); !ok {
+				return "", false
+			}
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return "", false
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case '}':
+			return model, found
+		default:
+			return "", false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString scans the JSON string starting at b[i] == '"' and returns the
+// index after its closing quote, and whether it is simple: printable ASCII
+// without escapes, so that its bytes are its value.
+func scanString(b []byte, i int) (end int, simple, ok bool) {
+	simple = true
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, simple, true
+		case c == '\\':
+			simple = false
+			j++ // skip the escaped byte; \uXXXX's digits are plain bytes
+		case c < 0x20:
+			return 0, false, false // control characters must be escaped
+		case c >= 0x80:
+			simple = false
+		}
+	}
+	return 0, false, false
+}
+
+// keyIs reports whether the JSON string quoted (with its quotes) is want.
+func keyIs(quoted []byte, simple bool, want string) bool {
+	if simple {
+		return string(quoted[1:len(quoted)-1]) == want
+	}
+	return decodeString(quoted, false) == want
+}
+
+// decodeString returns the value of the JSON string quoted (with its
+// quotes).
+func decodeString(quoted []byte, simple bool) string {
+	if simple {
+		return string(quoted[1 : len(quoted)-1])
+	}
+	var s string
+	if json.Unmarshal(quoted, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// skipValue skips the JSON value starting at b[i] and returns the index
+// after it. Objects and arrays are skipped by nesting depth; the scalars
+// are not validated beyond their extent.
+func skipValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		end, _, ok := scanString(b, i)
+		return end, ok
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				end, _, ok := scanString(b, i)
+				if !ok {
+					return 0, false
+				}
+				i = end
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, true
+				}
+			}
+			i++
+		}
+		return 0, false
+	case ',', '}', ']', ':':
+		return 0, false
+	}
+	start := i
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i, i > start
+		}
+		i++
+	}
+	return i, i > start
+}

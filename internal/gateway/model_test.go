@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestRequestModel(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want string
+		ok   bool
+	}{
+		{"ollama chat", `{"model":"qwen2:0.5b","messages":[{"role":"user","content":"hi"}]}`, "qwen2:0.5b", true},
+		{"model after nested values", `{"messages":[{"model":"inner","content":"{\"model\":\"x\"}"}],"options":{"a":[1,{"b":null}]},"model":"m"}`, "m", true},
+		{"whitespace", " \n{ \"model\" :\t\"m\" } ", "m", true},
+		{"escaped value", `{"model":"a\"b\u00e9"}`, "a\"bé", true},
+		{"escaped key", `{"mo\u0064el":"m"}`, "m", true},
+		{"the last of repeated keys", `{"model":"a","model":"b"}`, "b", true},
+		{"a later non-string model wins", `{"model":"a","model":1}`, "", false},
+		{"numbers, literals", `{"n":-1.5e3,"t":true,"f":false,"z":null,"model":"m"}`, "m", true},
+		{"no model", `{"prompt":"model"}`, "", false},
+		{"empty object", `{}`, "", false},
+		{"model not a string", `{"model":["a"]}`, "", false},
+		{"not an object", `["model","m"]`, "", false},
+		{"not JSON", `model=m`, "", false},
+		{"empty", ``, "", false},
+		{"cut short", `{"model":"m"`, "", false},
+		{"cut short in a string", `{"model":"m`, "", false},
+		{"cut short in a nested value", `{"a":{"b":[1,2`, "", false},
+		{"trailing comma", `{"model":"m",}`, "", false},
+		{"missing colon", `{"model" "m"}`, "", false},
+		{"unescaped control character", "{\"model\":\"a\nb\"}", "", false},
+		{"key Model is another key", `{"Model":"m"}`, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := requestModel([]byte(tt.body))
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("requestModel = %q %v, want %q %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// FuzzRequestModel checks the scanner against encoding/json on every valid
+// JSON object: the same "model" (last one wins, invalid UTF-8 replaced).
+func FuzzRequestModel(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m"}`, `{"a":[{"model":"x"}],"model":"y"}`, `{"model":"\ud800"}`,
+		`{"model":"a","model":2}`, `{"mo\u0064el":"é"}`, `{}`, `[]`, `{"model":"\u00e9\n"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := requestModel(body) // must not panic on anything
+		if !json.Valid(body) {
+			return
+		}
+		var doc map[string]json.RawMessage
+		if json.Unmarshal(body, &doc) != nil {
+			if ok {
+				t.Fatalf("found %q in a valid non-object %q", got, body)
+			}
+			return
+		}
+		var want string
+		wantOK := json.Unmarshal(doc["model"], &want) == nil && len(doc["model"]) > 0 && doc["model"][0] == '"'
+		if !wantOK {
+			want = ""
+		}
+		if got != want || ok != wantOK {
+			t.Fatalf("body %q: got %q %v, encoding/json says %q %v", body, got, ok, want, wantOK)
+		}
+	})
+}
+
+func TestSameModel(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{
+		{"qwen2:0.5b", "qwen2:0.5b", true},
+		{"llama3", "llama3:latest", true},
+		{"llama3:latest", "llama3", true},
+		{"llama3", "llama3:8b", false},
+		{"a", "b", false},
+		{"", ":latest", true},
+	} {
+		if got := sameModel(tt.a, tt.b); got != tt.want {
+			t.Errorf("sameModel(%q, %q) = %v", tt.a, tt.b, got)
+		}
+	}
+}
+
+func postModel(t *testing.T, h *harness, model string, hdr ...string) string {
+	t.Helper()
+	body := `{"prompt":"hi"}`
+	if model != "" {
+		body = fmt.Sprintf(`{"model":%q,"prompt":"hi"}`, model)
+	}
+	resp, _ := h.do(t, http.MethodPost, "/api/generate", body, hdr...)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return resp.Header.Get(BackendHeader)
+}
+
+func TestModelAwareRouting(t *testing.T) {
+	a := newBackend(t, "a", echoHandler("a"))
+	b := newBackend(t, "b", echoHandler("b"))
+	anyM := newBackend(t, "any", echoHandler("any"))
+	h := newHarness(t, Options{Policy: PolicyRoundRobin})
+	ba, bb := a.backend("p"), b.backend("p")
+	ba.Models = []string{"llama3:latest", "qwen2:0.5b"}
+	bb.Models = []string{"mistral"}
+	h.g.SetBackends("p", []Backend{ba, bb})
+	h.g.SetBackends("q", []Backend{anyM.backend("q")})
+
+	count := func(model string, n int, hdr ...string) map[string]int {
+		got := map[string]int{}
+		for range n {
+			got[postModel(t, h, model, hdr...)]++
+		}
+		return got
+	}
+	// A backend without Models serves every model.
+	if got := count("llama3", 20); got["b"] != 0 || got["a"] == 0 || got["any"] == 0 {
+		t.Errorf("llama3 (= llama3:latest): %v, want a and any, never b", got)
+	}
+	if got := count("mistral:latest", 20); got["a"] != 0 || got["b"] == 0 || got["any"] == 0 {
+		t.Errorf("mistral: %v, want b and any, never a", got)
+	}
+	if got := count("llama3", 10, PoolHeader, "p"); got["a"] != 10 {
+		t.Errorf("llama3 in pool p: %v, want all on a", got)
+	}
+	if got := count("phi3", 10); got["any"] != 10 {
+		t.Errorf("phi3: %v, want all on the backend serving any model", got)
+	}
+	// A model no backend of the pool declares: not restricted.
+	if got := count("phi3", 20, PoolHeader, "p"); got["a"] == 0 || got["b"] == 0 {
+		t.Errorf("undeclared model in pool p: %v, want a and b used", got)
+	}
+	// No model in the body: not restricted.
+	if got := count("", 30); got["a"] == 0 || got["b"] == 0 || got["any"] == 0 {
+		t.Errorf("no model: %v, want all three used", got)
+	}
+	// In pool q, whose backend declares nothing, every model goes to it.
+	if got := count("llama3", 5, PoolHeader, "q"); got["any"] != 5 {
+		t.Errorf("pool q: %v", got)
+	}
+
+	// When the only backend of the model drains, requests for it wait and
+	// fail rather than go to a backend without the model.
+	ba.Draining = true
+	h.g.SetBackends("p", []Backend{ba, bb})
+	resp, _ := h.do(t, http.MethodPost, "/api/generate", `{"model":"llama3","prompt":"x"}`, PoolHeader, "p")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("model's only backend draining: status %d, want 503", resp.StatusCode)
+	}
+	// The published models can change under the same ID.
+	ba.Draining, ba.Models = false, []string{"mistral"}
+	h.g.SetBackends("p", []Backend{ba, bb})
+	if got := count("mistral", 20, PoolHeader, "p"); got["a"] == 0 || got["b"] == 0 {
+		t.Errorf("after a now serves mistral too: %v", got)
+	}
+	if s := status(t, h.g, "a"); strings.Join(s.Models, ",") != "mistral" {
+		t.Errorf("BackendStatus.Models = %v", s.Models)
+	}
+}
+
+func TestVersionSplit(t *testing.T) {
+	var set []Backend
+	for i, v := range []string{"v1", "v1", "v2"} {
+		id := fmt.Sprintf("%s-%d", v, i)
+		b := newBackend(t, id, echoHandler(id))
+		be := b.backend("p")
+		be.Models, be.Version = []string{"m"}, v
+		set = append(set, be)
+	}
+	old := newBackend(t, "v0", echoHandler("v0"))
+	bo := old.backend("p")
+	bo.Models, bo.Version = []string{"m"}, "v0"
+	set = append(set, bo)
+	h := newHarness(t, Options{})
+	h.g.SetBackends("p", set)
+	h.g.SetVersionSplit("m", []VersionWeight{{"v1", 90}, {"v2", 10}})
+
+	version := func(id string) string { return strings.SplitN(id, "-", 2)[0] }
+	const n = 400
+	got := map[string]int{}
+	for range n {
+		got[version(postModel(t, h, "m"))]++
+	}
+	if got["v0"] != 0 {
+		t.Errorf("version outside the split got %d requests", got["v0"])
+	}
+	if got["v2"] < n*4/100 || got["v2"] > n*17/100 {
+		t.Errorf("v2 got %d of %d, want about 10%%", got["v2"], n)
+	}
+	// A version with no candidate gives its share away.
+	for i := range set {
+		if set[i].Version == "v2" {
+			set[i].Draining = true
+		}
+	}
+	h.g.SetBackends("p", set)
+	for range 50 {
+		if v := version(postModel(t, h, "m")); v != "v1" {
+			t.Fatalf("v2 draining, request went to %s", v)
+		}
+	}
+	// No split version available at all: the split is ignored.
+	h.g.SetVersionSplit("m", []VersionWeight{{"v9", 100}})
+	got = map[string]int{}
+	for range 40 {
+		got[version(postModel(t, h, "m"))]++
+	}
+	if got["v1"] == 0 || got["v0"] == 0 {
+		t.Errorf("split without candidates: %v, want v0 and v1 used", got)
+	}
+	// Removing the split.
+	h.g.SetVersionSplit("m", nil)
+	if len(h.g.VersionSplits()) != 0 {
+		t.Errorf("splits left: %v", h.g.VersionSplits())
+	}
+	// The default split applies to a model without its own.
+	h.g.SetVersionSplit("", []VersionWeight{{"v0", 1}})
+	for range 20 {
+		if v := version(postModel(t, h, "m")); v != "v0" {
+			t.Fatalf("default split v0 only, request went to %s", v)
+		}
+	}
+}

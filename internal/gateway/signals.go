@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"context"
+	"math"
+	"time"
+
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
+)
+
+// Defaults of the load signals.
+const (
+	// DefaultMetricsInterval is how often Options.Metrics is read.
+	DefaultMetricsInterval = 500 * time.Millisecond
+	// DefaultMetricsMaxAge is the age beyond which a backend's metrics are
+	// stale when Options.MetricsInterval is left at its default (4
+	// intervals: a scrape or two may fail before balancing gives up on
+	// them).
+	DefaultMetricsMaxAge = 4 * DefaultMetricsInterval
+	// DefaultLatencyDecay is the peak-EWMA time constant. Finagle and
+	// Linkerd use 10 s for RPC services; an inference backend's pace
+	// changes within one generation (a batch fills, a queue forms), and
+	// ten seconds of memory of one slow answer would keep a fast backend
+	// looking slow long after it is not.
+	DefaultLatencyDecay = time.Second
+	// SignalGateway is SignalState.Source when a pool is balanced on the
+	// gateway's own signals only.
+	SignalGateway = "gateway"
+)
+
+// errorPenalty scales the error rate in the score: a backend failing every
+// attempt costs 1+errorPenalty times as much as a healthy one.
+const errorPenalty = 4
+
+// Load is what the p2c policy knows about one backend when it picks.
+type Load struct {
+	// InFlight counts requests in flight on the backend through this
+	// gateway; always current.
+	InFlight int64
+	// Weight is the backend's relative capacity (Backend.Weight, > 0).
+	Weight int64
+	// TTFT is the peak-EWMA time to response headers of streamed responses
+	// (an inference server sends them with the first token, so this is
+	// the time to first token, queueing included); 0 means no sample yet.
+	TTFT time.Duration
+	// Latency is the same of complete (not streamed) responses, whose
+	// headers come at the end of the generation; 0 means no sample yet.
+	Latency time.Duration
+	// ErrorRate is the EWMA of failed attempts, 0..1.
+	ErrorRate float64
+	// Queue is the number of requests waiting for a batch slot as the
+	// backend reports it (vllm:num_requests_waiting), from every client,
+	// not only this gateway; meaningful only if Fresh.
+	Queue float64
+	// Concurrency is how many requests the backend runs at once before it
+	// queues, estimated from its metrics (see concurrencyEstimate); 0 if
+	// unknown. It is a capacity, not a load: the last estimate is kept
+	// while the metrics are stale or the source is down.
+	Concurrency float64
+	// Fresh says the backend's metrics came from the metrics source no
+	// longer than MetricsMaxAge ago.
+	Fresh bool
+}
+
+// Load returns the backend's load signals at now: metrics older than
+// maxAge count as absent, and the latency estimate decays with decay.
+func (u *Upstream) Load(now time.Time, maxAge, decay time.Duration) Load {
+	l := Load{
+		InFlight:  u.inflight.Load(),
+		Weight:    u.weight.Load(),
+		TTFT:      u.PeakTTFT(now, decay),
+		Latency:   u.PeakLatency(now, decay),
+		ErrorRate: u.ErrorRate(),
+	}
+	if m := u.ext.Load(); m != nil && m.Has&loadmetrics.FieldQueueDepth != 0 && m.Fresh(now, maxAge) {
+		l.Queue, l.Fresh = m.QueueDepth, true
+	}
+	l.Concurrency = math.Float64frombits(u.concBits.Load())
+	return l
+}
+
+// concurrencyEstimate estimates from one snapshot how many sequences a
+// backend runs at once when full: its running sequences divided by the
+// fraction of its KV cache they hold (vLLM admits sequences while KV-cache
+// blocks are free, so this is the number of sequences like the current ones
+// that fit; the simulator reports running/MaxBatch as its KV usage, which
+// gives MaxBatch exactly). At least 1; false when the snapshot cannot tell
+// (nothing running, or no KV-cache usage). Pure.
+func concurrencyEstimate(m loadmetrics.BackendMetrics) (float64, bool) {
+	const need = loadmetrics.FieldRunning | loadmetrics.FieldKVCacheUsage
+	if m.Has&need != need || m.Running < 1 || !(m.KVCacheUsage > 0) {
+		return 0, false
+	}
+	return max(1, m.Running/m.KVCacheUsage), true
+}
+
+// Basis says which signals a comparison of two backends uses: those both
+// have (see Compare).
+type Basis struct {
+	// TTFT or else Latency is the pace L of the score; neither: L = 1.
+	TTFT, Latency bool
+	// Metrics: the queue depth from fresh metrics.
+	Metrics bool
+	// Concurrency: the batch size estimated from metrics.
+	Concurrency bool
+}
+
+// Score is the cost of sending one more request to a backend with load l;
+// lower is better:
+//
+//	score = L × work / W × (1 + 4·E)
+//
+//	work = 1 + I + Q                           batch size B unknown
+//	work = 1 + min(I,B)/B + max(Q, I+1-B, 0)   B known
+//
+// where I is l.InFlight, Q is l.Queue if basis.Metrics (else 0), B is
+// l.Concurrency if basis.Concurrency, W is l.Weight (a backend of weight
+// 200 takes twice the requests of one of 100 at the same cost), E is
+// l.ErrorRate, and L is l.TTFT in seconds if basis.TTFT, else l.Latency if
+// basis.Latency, else 1.
+//
+// Without metrics — a backend that never published any, such as Ollama —
+// this is the peak-EWMA cost of Finagle and Linkerd, L × (I+1): the
+// expected wait grows with the work already there, paced by how slow the
+// backend has recently been, so a backend three times slower gets a third
+// of the concurrency.
+//
+// An inference server batches: up to B sequences decode together at nearly
+// the speed of one, and only beyond B do requests wait for a slot. So with
+// B known, the requests running in the batch cost 1/B each (a full batch
+// counts as one more unit: it slows every sequence down, and the term
+// spreads load evenly over equal backends), and each request the new one
+// would wait behind costs a whole unit: roughly the wait for a slot, which
+// in a server of B slots frees every S/B (S the service time, about B × L
+// for the models and batch sizes we run). That number is known at once from
+// the gateway's own count, I+1-B, without waiting for the next metrics
+// read; Q adds what the gateway cannot see (requests other clients, e.g.
+// other gateway replicas, queued there) while the metrics are fresh. B is a
+// capacity, not a load, so it keeps counting when the metrics go stale: a
+// metrics outage loses Q, not the knowledge of batch sizes. E keeps a
+// backend that fails fast (and so looks quick) from attracting traffic
+// between passive ejections. Pure.
+func Score(l Load, basis Basis) float64 {
+	w := float64(l.Weight)
+	if w <= 0 {
+		w = DefaultWeight
+	}
+	in := float64(l.InFlight)
+	var q float64
+	if basis.Metrics {
+		q = max(l.Queue, 0)
+	}
+	work := 1 + in + q
+	if basis.Concurrency && l.Concurrency > 0 {
+		b := max(l.Concurrency, 1)
+		work = 1 + min(in, b)/b + max(q, in+1-b)
+	}
+	lat := 1.0
+	switch {
+	case basis.TTFT:
+		lat = l.TTFT.Seconds()
+	case basis.Latency:
+		lat = l.Latency.Seconds()
+	}
+	e := min(max(l.ErrorRate, 0), 1)
+	return lat * work / w * (1 + errorPenalty*e)
+}
+
+// Compare compares the scores of two backends: negative if a is the better
+// choice, positive if b is, 0 if they tie. A signal counts only if both
+// have it — TTFT if both have streamed, else whole-response latency if both
+// have answered without streaming (the two are not comparable with each
+// other), queue depth if both have fresh metrics, batch size if both have
+// an estimate — so a backend whose metrics are stale or missing is neither
+// favoured (as an idle one would be) nor shunned: the pair is compared on
+// what is known of both, down to in-flight requests alone. Pure.
+func Compare(a, b Load) int {
+	basis := Basis{
+		TTFT:        a.TTFT > 0 && b.TTFT > 0,
+		Latency:     a.Latency > 0 && b.Latency > 0,
+		Metrics:     a.Fresh && b.Fresh,
+		Concurrency: a.Concurrency > 0 && b.Concurrency > 0,
+	}
+	sa, sb := Score(a, basis), Score(b, basis)
+	switch {
+	case sa < sb:
+		return -1
+	case sa > sb:
+		return 1
+	}
+	return 0
+}
+
+// SignalState says what a pool is balanced on.
+type SignalState struct {
+	// Source is the metrics source's name while at least one of the pool's
+	// backends has fresh metrics from it, else SignalGateway: balancing on
+	// in-flight requests, latency and errors measured by the gateway.
+	Source string `json:"source"`
+	// Fresh is the number of the pool's backends with fresh metrics.
+	Fresh int `json:"fresh"`
+	// Backends is the number of the pool's published backends.
+	Backends int `json:"backends"`
+	// Err is the metrics source's error at its last read, if it failed
+	// (for some backends or all).
+	Err string `json:"error,omitempty"`
+}
+
+// SignalStatus returns, for every pool with published backends, which
+// signals balance it. A pool on SignalGateway while Options.Metrics is set
+// has lost its metrics (e.g. Prometheus is down): balancing goes on with the
+// gateway's own signals.
+func (g *Gateway) SignalStatus() map[string]SignalState {
+	t := g.table.Load()
+	now := g.clock.Now()
+	var errText string
+	if p := g.metricsErr.Load(); p != nil {
+		errText = *p
+	}
+	out := make(map[string]SignalState, len(t.pools))
+	for pool, ups := range t.pools {
+		s := SignalState{Source: SignalGateway, Backends: len(ups), Err: errText}
+		for _, u := range ups {
+			if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
+				s.Fresh++
+			}
+		}
+		if s.Fresh > 0 && g.metricsSrc != nil {
+			s.Source = g.metricsSrc.Name()
+		}
+		out[pool] = s
+	}
+	return out
+}
+
+// metricsLoop reads Options.Metrics every MetricsInterval until Close.
+func (g *Gateway) metricsLoop() {
+	defer close(g.metricsDone)
+	for {
+		g.refreshMetrics(g.ctx)
+		t := g.clock.NewTimer(g.metricsInterval)
+		select {
+		case <-g.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// refreshMetrics takes one snapshot of the published backends' metrics and
+// stores each backend's on its Upstream, where policies read it
+// atomically. A backend the snapshot leaves out keeps its previous metrics,
+// which go stale with time.
+func (g *Gateway) refreshMetrics(ctx context.Context) {
+	t := g.table.Load()
+	if len(t.all) == 0 {
+		return
+	}
+	targets := make([]loadmetrics.Target, len(t.all))
+	for i, u := range t.all {
+		targets[i] = loadmetrics.Target{ID: u.id, Address: u.address}
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.metricsTimeout)
+	snap, err := g.metricsSrc.Snapshot(ctx, targets)
+	cancel()
+	if g.ctx.Err() != nil {
+		return // closing: the error is ours
+	}
+	for _, u := range t.all {
+		if m, ok := snap[u.id]; ok {
+			u.ext.Store(&m)
+			if c, ok := concurrencyEstimate(m); ok {
+				// Kept while the backend idles (nothing running to
+				// estimate from) and while the metrics are down.
+				u.concBits.Store(math.Float64bits(c))
+			}
+		}
+	}
+	prev := g.metricsErr.Load()
+	if err == nil {
+		if prev != nil {
+			g.metricsErr.Store(nil)
+			g.log.Info("gateway: metrics source recovered", "source", g.metricsSrc.Name())
+		}
+		return
+	}
+	msg := err.Error()
+	g.metricsErr.Store(&msg)
+	if prev == nil {
+		g.log.Warn("gateway: metrics source failing; backends without fresh metrics are balanced on the gateway's own signals",
+			"source", g.metricsSrc.Name(), "err", msg)
+	}
+}
+
+// LocalMetrics returns the gateway's own measurements of its backends as a
+// loadmetrics.Source (named "gateway"): in-flight requests, peak-EWMA latency
+// and error rate, observed now. It is the source for backends that publish
+// no metrics (Ollama), e.g. for an AIBalancer's weights or an autoscaler.
+// Targets the gateway does not know are left out.
+func (g *Gateway) LocalMetrics() loadmetrics.Source { return localSource{g} }
+
+type localSource struct{ g *Gateway }
+
+func (s localSource) Name() string { return SignalGateway }
+
+func (s localSource) Close() {}
+
+func (s localSource) Snapshot(ctx context.Context, targets []loadmetrics.Target) (map[string]loadmetrics.BackendMetrics, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t := s.g.table.Load()
+	now := s.g.clock.Now()
+	out := make(map[string]loadmetrics.BackendMetrics, len(targets))
+	for _, tg := range targets {
+		u := t.byID[tg.ID]
+		if u == nil {
+			continue
+		}
+		m := loadmetrics.BackendMetrics{
+			InFlight:   float64(s.g.InFlight(tg.ID)),
+			ErrorRate:  u.ErrorRate(),
+			Has:        loadmetrics.FieldInFlight | loadmetrics.FieldErrorRate,
+			ObservedAt: now,
+		}
+		lat := u.PeakLatency(now, s.g.latencyDecay)
+		if lat == 0 {
+			lat = u.PeakTTFT(now, s.g.latencyDecay)
+		}
+		if lat > 0 {
+			m.Latency = lat
+			m.Has |= loadmetrics.FieldLatency
+		}
+		out[tg.ID] = m
+	}
+	return out, nil
+}
