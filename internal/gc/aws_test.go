@@ -24,7 +24,7 @@ func TestCollectOnEC2(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p, err := aws.New(context.Background(), aws.Options{Region: "us-east-1", Cluster: "c1", Endpoint: srv.URL,
 		Credentials: &aws.StaticCredentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "not-a-secret"},
-		RateLimit: -1, ListCacheTTL: -1, Clock: fakeclock.NewFakeClock(now),
+		RateLimit:   -1, ListCacheTTL: -1, Clock: fakeclock.NewFakeClock(now),
 		HTTPClient: &http.Client{Timeout: 10 * time.Second}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
