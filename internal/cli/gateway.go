@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/gateway/kubesource"
+	"github.com/tidegpu/tidegpu/internal/metrics"
 )
 
 // gatewayShutdownTimeout bounds the graceful shutdown of `tidegpu gateway`:
@@ -246,7 +249,10 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gw, err := gateway.New(gateway.Options{Policy: o.policy, Registry: reg, Logger: logger})
+	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
+	defer scrape.Close()
+	gw, err := gateway.New(gateway.Options{Policy: o.policy, Registry: reg, Logger: logger,
+		Metrics: scrape, MetricsInterval: 250 * time.Millisecond})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -274,6 +280,22 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = w.Write([]byte("ok\n"))
+		})
+		// The dashboard (backends and traffic; no pools here) and the
+		// backends' JSON it reads.
+		sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
+		go sampler.Run(srcCtx)
+		d := dashboard.Handler(dashboard.Options{Sampler: sampler})
+		for _, p := range append(append([]string(nil), dashboard.PublicRoutes...), dashboard.DataRoutes...) {
+			mux.Handle(p, d)
+		}
+		mux.HandleFunc("GET /api/v1/backends", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			bs := gw.Backends()
+			if bs == nil {
+				bs = []gateway.BackendStatus{}
+			}
+			_ = json.NewEncoder(w).Encode(bs)
 		})
 		adminSrv = &http.Server{
 			Handler:           mux,
