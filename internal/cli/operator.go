@@ -17,8 +17,8 @@ import (
 // NewOperatorCommand returns `tidegpu operator`.
 func NewOperatorCommand() *cobra.Command {
 	var (
-		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster string
-		leaderElect                                                                          bool
+		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS string
+		leaderElect                                                                                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -45,7 +45,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			return operator.Run(ctx, operator.Options{
 				Config: cfg, MetricsAddr: metricsAddr, ProbeAddr: probeAddr, AdminAddr: adminAddr,
 				AdminToken: os.Getenv("TIDEGPU_ADMIN_TOKEN"), LeaderElection: leaderElect,
-				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, Logger: logger,
+				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
 			})
 		},
 	}
@@ -58,6 +58,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
 	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")
 	f.StringVar(&cluster, "cluster-name", "default", "names this installation in cloud ownership tags; two installations sharing an account need different names")
+	f.StringVar(&ledgerNS, "ledger-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap tidegpu-cost-ledger that keeps spend across restarts (default $POD_NAMESPACE; empty: memory only)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -33,7 +34,9 @@ import (
 	"github.com/tidegpu/tidegpu/internal/admin"
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
+	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/dashboard"
+	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
@@ -63,6 +66,9 @@ type Options struct {
 	LeaderElectionNamespace           string
 	// StateDir is where the local provider keeps its state and logs.
 	StateDir string
+	// LedgerNamespace holds the ConfigMap that keeps the cost ledger across
+	// restarts; empty keeps it in memory only.
+	LedgerNamespace string
 	// Cluster names this installation in the clouds' ownership tags, so
 	// that two installations never touch each other's instances.
 	Cluster string
@@ -93,6 +99,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	rec := events.NewRecorder(5000, nil, o.Logger)
+	ledger := cost.NewLedger(cost.Options{})
+	crmetrics.Registry.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
+	if o.LedgerNamespace != "" {
+		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger,
+			name:     types.NamespacedName{Namespace: o.LedgerNamespace, Name: "tidegpu-cost-ledger"},
+			interval: time.Minute, logger: o.Logger}); err != nil {
+			return err
+		}
+	}
 	engines := tidepool.NewEngines(tidepool.EnginesOptions{
 		Recorder:  rec,
 		Registrar: registrar.Nop{},
@@ -100,6 +115,7 @@ func Run(ctx context.Context, o Options) error {
 		Logger:    o.Logger,
 		Factory:   Factory(o.StateDir, o.Cluster, o.Logger),
 		Existing:  existingPools(mgr.GetAPIReader()),
+		Costing:   &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()},
 	})
 	r := &tidepool.Reconciler{Client: mgr.GetClient(), Engines: engines, Recorder: rec,
 		Events: mgr.GetEventRecorder("tidegpu-operator"), Registry: crmetrics.Registry}
@@ -117,7 +133,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--admin-addr %s: %w", o.AdminAddr, err)
 		}
 		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
-			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken,
+			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken, Ledger: ledger,
 			Dashboard: dashboard.Handler(dashboard.Options{Pools: engines, Events: rec})})}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			go func() {

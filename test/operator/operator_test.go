@@ -646,3 +646,57 @@ func TestAIBalancerWeighsThePool(t *testing.T) {
 		return n == 2
 	})
 }
+
+// The operator prices its pools and keeps the cost ledger in a ConfigMap:
+// spend is reported on its admin API and goes on after a restart.
+func TestOperatorCostSurvivesRestart(t *testing.T) {
+	ns := namespace(t)
+	state := t.TempDir()
+	adminAddr := freeAddr(t)
+	start := func() *proc {
+		return startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", state, "--metrics-bind-address", "0",
+			"--health-probe-bind-address", freeAddr(t), "--admin-addr", adminAddr, "--ledger-namespace", ns)
+	}
+	op := start()
+	tp := localPool(ns, "priced", 2)
+	tp.Spec.Pricing = &tidev1.PricingSpec{SpotPerHour: "3.6", OnDemandPerHour: "7.2"}
+	if err := k8s.Create(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	spend := func() float64 {
+		resp, err := http.Get("http://" + adminAddr + "/api/v1/cost")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		var rep struct {
+			Pools []struct {
+				Name  string  `json:"name"`
+				Spend float64 `json:"spend"`
+			} `json:"pools"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&rep) != nil {
+			return -1
+		}
+		for _, p := range rep.Pools {
+			if p.Name == ns+"/priced" {
+				return p.Spend
+			}
+		}
+		return 0
+	}
+	eventually(t, 30*time.Second, "spend on the operator's admin API", func() bool { return spend() > 0.001 })
+	before := spend()
+	op.signal(syscall.SIGTERM)
+	var cm corev1.ConfigMap
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "tidegpu-cost-ledger"}, &cm); err != nil {
+		t.Fatalf("no ledger ConfigMap after the operator stopped: %v", err)
+	}
+	start()
+	var after float64
+	eventually(t, 30*time.Second, "spend reported again after the restart", func() bool { after = spend(); return after > 0 })
+	t.Logf("spend %.6f before the restart, %.6f after", before, after)
+	if after < before {
+		t.Errorf("spend went back from %.6f to %.6f across the restart", before, after)
+	}
+}

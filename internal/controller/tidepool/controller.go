@@ -52,6 +52,7 @@ const Resync = 30 * time.Second
 // +kubebuilder:rbac:groups=tidegpu.eja.dev,resources=tidepools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tidegpu.eja.dev,resources=tidepools/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 

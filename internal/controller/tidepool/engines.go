@@ -40,6 +40,7 @@ type Engines struct {
 	// that remembers instances (local) adopts those and stops the others.
 	existing func(ctx context.Context) (map[string]bool, error)
 	onRound  func(pool string)
+	costing  *engine.Costing
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -64,6 +65,8 @@ type EnginesOptions struct {
 	Existing  func(ctx context.Context) (map[string]bool, error)
 	// OnRound is called after every round of any pool (must not block).
 	OnRound func(pool string)
+	// Costing records the pools' instances in the cost ledger.
+	Costing *engine.Costing
 }
 
 // NewEngines returns Engines; Start must run before pools are applied.
@@ -75,7 +78,7 @@ func NewEngines(o EnginesOptions) *Engines {
 		o.Logger = slog.Default()
 	}
 	e := &Engines{rounds: make(chan event.GenericEvent, 1024), recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
-		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound,
+		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound, costing: o.Costing,
 		managers: map[string]*engine.Manager{}, poolKey: map[string]string{},
 		metrics: engine.NewMetrics(o.Registry)}
 	user := o.OnRound
@@ -147,7 +150,7 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 			e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
 		}
 		m, err = engine.NewManager(engine.Options{Provider: prov, Registrar: e.router, Recorder: e.recorder,
-			Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound})
+			Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound, Costing: e.costing})
 		if err != nil {
 			return err
 		}
