@@ -191,13 +191,26 @@ func Compute(in Input) Plan {
 	}
 	p.Serving = int32(len(serving))
 
-	// Draining instances: keep serving as a last resort while nothing else
-	// is ready; otherwise terminate once idle or at the deadline.
+	// Draining instances. One under a reclaim notice keeps serving until
+	// its replacement is Ready or its deadline comes, whichever is first:
+	// the pool stays at its wanted size through the replacement's cold
+	// start (a notice is 2 minutes; a cold start can be longer). A
+	// scale-down drain serves only as a last resort, while nothing else is
+	// ready. Otherwise a draining instance is terminated once idle or at
+	// its deadline.
+	need := int(p.Desired) - int(p.Ready)
 	lastResort := p.Ready == 0
-	sortByID(draining)
+	sort.SliceStable(draining, func(i, j int) bool {
+		di, dj := drainDeadline(draining[i]), drainDeadline(draining[j])
+		if !di.Equal(dj) {
+			return di.After(dj) // the one that stays longest serves first
+		}
+		return draining[i].ID < draining[j].ID
+	})
 	for _, v := range draining {
 		deadline := drainDeadline(v)
-		if lastResort && v.Ready && v.Address != "" {
+		if need > 0 && v.Ready && v.Address != "" && (v.InterruptAt != nil || lastResort) {
+			need--
 			p.Targets = append(p.Targets, registrar.Target{ID: v.ID, Address: v.Address})
 			requeue(deadline.Sub(now))
 			continue

@@ -99,27 +99,43 @@ func TestCompute(t *testing.T) {
 			maxRequeue: DefaultLocalStartTimeout,
 		},
 		{
-			name: "a reclaim notice drains the instance and launches its replacement at once",
+			name: "a reclaim notice launches the replacement at once; the noticed instance serves until it is ready",
 			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 3 }),
 				inst("b", time.Minute, true)}},
-			launches: 1, targets: []string{"b"}, ready: 1,
+			launches: 1, targets: []string{"b", "a"}, ready: 1,
 			phases:     map[string]string{"a": tidev1.PhaseDraining, "b": tidev1.PhaseReady},
+			maxRequeue: 10 * time.Second,
+		},
+		{
+			name: "once the replacement is ready the noticed instance leaves the targets and drains",
+			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
+				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 3 }),
+				inst("b", time.Minute, true), inst("c", time.Second, true)}},
+			targets: []string{"b", "c"}, ready: 2,
+			phases:     map[string]string{"a": tidev1.PhaseDraining, "c": tidev1.PhaseReady},
 			maxRequeue: drainPoll,
 		},
 		{
-			name: "an idle reclaimed instance is terminated without waiting for the deadline",
+			name: "an idle reclaimed instance is terminated without waiting for the deadline once replaced",
 			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 0 }),
-				inst("b", time.Minute, true)}},
-			launches: 1, targets: []string{"b"}, ready: 1, terminations: []string{"a"},
+				inst("b", time.Minute, true), inst("c", time.Second, true)}},
+			targets: []string{"b", "c"}, ready: 2, terminations: []string{"a"},
 		},
 		{
-			name: "with unknown in-flight a reclaimed instance waits for its deadline",
+			name: "with unknown in-flight a replaced reclaimed instance waits for its deadline",
 			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second) }),
-				inst("b", time.Minute, true)}},
-			launches: 1, targets: []string{"b"}, ready: 1, maxRequeue: 10 * time.Second,
+				inst("b", time.Minute, true), inst("c", time.Second, true)}},
+			targets: []string{"b", "c"}, ready: 2, maxRequeue: 10 * time.Second,
+		},
+		{
+			name: "a scale-down drain does not serve while other instances are ready",
+			in: Input{Spec: spec(1, 3, i32(2)), Now: t0, Instances: []View{
+				inst("a", time.Hour, true),
+				with(inst("b", time.Minute, true), func(v *View) { v.DrainDeadline = at(20 * time.Second); v.InFlight = 2 })}},
+			launches: 1, targets: []string{"a"}, ready: 1, maxRequeue: drainPoll,
 		},
 		{
 			name: "the last ready instance keeps serving while it drains and nothing else is ready",
