@@ -149,6 +149,10 @@ type TidePoolSpec struct {
 	// +optional
 	Budget *BudgetSpec `json:"budget,omitempty"`
 
+	// Sim configures the spot-market simulator provider (provider: sim).
+	// +optional
+	Sim *SimSpec `json:"sim,omitempty"`
+
 	// DrainSeconds bounds how long an instance leaving the pool (scale-down)
 	// keeps its in-flight requests before it is terminated. Default 30.
 	// +kubebuilder:validation:Minimum=0
@@ -187,6 +191,29 @@ type PlacementSpec struct {
 	// even while a spot replacement starts.
 	// +optional
 	EagerFallback bool `json:"eagerFallback,omitempty"`
+}
+
+// SimSpec configures the spot-market simulator: it replays real spot
+// capacity traces (one JSON file per zone) with time compressed, refuses
+// spot where a zone is full, preempts with notice, and runs each instance as
+// a local simulator process.
+type SimSpec struct {
+	// TraceDir is a folder of per-zone trace files, for example
+	// ../shared/data/spot-traces/aws1.
+	// +kubebuilder:validation:MinLength=1
+	TraceDir string `json:"traceDir"`
+	// Binary reads values as 0/1 availability (the aws3 format) instead of
+	// capacities.
+	// +optional
+	Binary bool `json:"binary,omitempty"`
+	// Compression is trace seconds per wall second; default 300.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Compression int32 `json:"compression,omitempty"`
+	// NoticeSeconds is the reclaim notice in trace time; default 120.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NoticeSeconds *int32 `json:"noticeSeconds,omitempty"`
 }
 
 // PricingSpec gives a pool's own prices per instance-hour, as decimal

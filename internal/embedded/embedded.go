@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
+	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 	"github.com/tidegpu/tidegpu/internal/registrar/builtin"
 	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
@@ -67,11 +69,30 @@ func Run(ctx context.Context, o Options) error {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 2 * time.Minute
 	}
+	var simSpec *tidev1.SimSpec
 	for _, p := range o.Pools {
-		if p.Spec.Provider != tidev1.ProviderLocal {
-			return fmt.Errorf("TidePool %q: spec.provider: %q is not available in `tidegpu up` yet: use %q (or run the pool under `tidegpu operator`)",
-				p.Name, p.Spec.Provider, tidev1.ProviderLocal)
+		switch p.Spec.Provider {
+		case tidev1.ProviderLocal:
+		case tidev1.ProviderSim:
+			if p.Spec.Sim == nil {
+				return fmt.Errorf("TidePool %q: spec.sim: required for provider sim (traceDir, compression, noticeSeconds)", p.Name)
+			}
+			if simSpec != nil && !equalSim(simSpec, p.Spec.Sim) {
+				return fmt.Errorf("TidePool %q: spec.sim: every sim pool of one run shares one simulated market: give them the same spec.sim", p.Name)
+			}
+			simSpec = p.Spec.Sim
+		default:
+			return fmt.Errorf("TidePool %q: spec.provider: %q is not available in `tidegpu up`: use %q or %q (or run the pool under `tidegpu operator`)",
+				p.Name, p.Spec.Provider, tidev1.ProviderLocal, tidev1.ProviderSim)
 		}
+	}
+	var trace *spotsim.Trace
+	if simSpec != nil {
+		t, err := spotsim.LoadTrace(simSpec.TraceDir, simSpec.Binary)
+		if err != nil {
+			return fmt.Errorf("spec.sim.traceDir: %w", err)
+		}
+		trace = t
 	}
 	// Bind first: a taken port must fail before any instance starts.
 	gwLn, err := net.Listen("tcp", o.GatewayAddr)
@@ -111,7 +132,9 @@ func Run(ctx context.Context, o Options) error {
 	for _, p := range o.Pools {
 		wanted[p.Name] = true
 	}
-	adopted, stopped, err := prov.Adopt(ctx, func(in provider.Instance) bool { return wanted[in.Pool] })
+	// Sim pools' processes belong to the simulated market, which does not
+	// survive a restart: only local pools adopt.
+	adopted, stopped, err := prov.Adopt(ctx, func(in provider.Instance) bool { return wanted[in.Pool] && !isSim(o.Pools, in.Pool) })
 	if err != nil {
 		_ = prov.Close(context.Background())
 		return fmt.Errorf("adopting the previous run's instances from %s: %w", o.StateDir, err)
@@ -148,22 +171,68 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	reg.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
-	mgr, err := engine.NewManager(engine.Options{Provider: prov, Registrar: router, Recorder: rec,
-		Registry: reg, Logger: o.Logger, Signals: newGatewaySignals(gw),
-		Costing: &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()}})
+	engineMetrics := engine.NewMetrics(reg)
+	costing := &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()}
+	signals := newGatewaySignals(gw)
+	newManager := func(p provider.Provider) (*engine.Manager, error) {
+		return engine.NewManager(engine.Options{Provider: p, Registrar: router, Recorder: rec,
+			Metrics: engineMetrics, Logger: o.Logger, Signals: signals, Costing: costing})
+	}
+	localMgr, err := newManager(prov)
 	if err != nil {
 		_ = prov.Close(context.Background())
 		return err
 	}
-	for i := range o.Pools {
-		mgr.Apply(&o.Pools[i])
-	}
+	mgrs := managers{localMgr}
 	engineCtx, stopEngine := context.WithCancel(context.Background())
+	var sim *spotsim.Provider
+	if trace != nil {
+		compression := float64(300)
+		if simSpec.Compression > 0 {
+			compression = float64(simSpec.Compression)
+		}
+		notice := 2 * time.Minute
+		if simSpec.NoticeSeconds != nil {
+			notice = time.Duration(*simSpec.NoticeSeconds) * time.Second
+		}
+		sim, err = spotsim.New(spotsim.Options{Trace: trace, Compression: compression, Notice: notice,
+			Local: prov, Catalog: cost.DefaultCatalog(), Logger: o.Logger})
+		if err != nil {
+			stopEngine()
+			_ = prov.Close(context.Background())
+			return fmt.Errorf("spec.sim: %w", err)
+		}
+		go sim.Run(engineCtx)
+		simMgr, err := newManager(sim)
+		if err != nil {
+			stopEngine()
+			_ = prov.Close(context.Background())
+			return err
+		}
+		mgrs = append(mgrs, simMgr)
+		fmt.Fprintf(o.Out, "  simulated spot market: %d zones from %s, %gx time\n", len(trace.Zones), simSpec.TraceDir, compression)
+	}
+	for i := range o.Pools {
+		m := localMgr
+		if o.Pools[i].Spec.Provider == tidev1.ProviderSim {
+			m = mgrs[1]
+		}
+		m.Apply(&o.Pools[i])
+	}
 	engineDone := make(chan struct{})
+	var engineWG sync.WaitGroup
+	for _, m := range mgrs {
+		engineWG.Add(1)
+		go func(m *engine.Manager) {
+			defer engineWG.Done()
+			m.Run(engineCtx)
+		}(m)
+	}
 	go func() {
-		defer close(engineDone)
-		mgr.Run(engineCtx)
+		engineWG.Wait()
+		close(engineDone)
 	}()
+	mgr := mgrs
 
 	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
 	go sampler.Run(engineCtx)
@@ -222,6 +291,9 @@ func Run(ctx context.Context, o Options) error {
 	stopEngine()
 	<-engineDone
 	<-saveDone
+	if sim != nil {
+		sim.Close()
+	}
 	if err := prov.Close(shutCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("stopping instances: %w", err))
 	}
@@ -280,7 +352,7 @@ func serve(s *http.Server, ln net.Listener, what string) error {
 
 // waitReady prints each pool's progress until all are ready, ctx ends, a
 // server fails or the timeout passes. It reports whether all became ready.
-func waitReady(ctx context.Context, mgr *engine.Manager, out io.Writer, timeout time.Duration, serveErr <-chan error, runErr *error) bool {
+func waitReady(ctx context.Context, mgr managers, out io.Writer, timeout time.Duration, serveErr <-chan error, runErr *error) bool {
 	start := time.Now()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

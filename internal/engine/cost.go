@@ -58,6 +58,20 @@ func Overrides(pool string, spec *tidev1.TidePoolSpec) ([]cost.Override, error) 
 	return out, nil
 }
 
+// costInfo describes an instance for the ledger. The spot-market simulator
+// replays AWS capacity traces, so its instances are priced as AWS's in the
+// region their zone belongs to.
+func costInfo(in provider.Instance, providerName string, spec *tidev1.TidePoolSpec) cost.InstanceInfo {
+	region := spec.Region
+	if providerName == tidev1.ProviderSim {
+		providerName = tidev1.ProviderAWS
+		if z := in.Zone; len(z) > 1 && z[len(z)-1] >= 'a' && z[len(z)-1] <= 'z' {
+			region = z[:len(z)-1]
+		}
+	}
+	return cost.InfoFor(in, providerName, region, spec.Serving.Models)
+}
+
 // BudgetFor turns spec.budget into the cost package's budget.
 func BudgetFor(spec *tidev1.TidePoolSpec) (cost.Budget, bool) {
 	b := spec.Budget
@@ -97,7 +111,7 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}
 	infos := make([]cost.InstanceInfo, 0, len(insts))
 	for _, in := range insts {
-		infos = append(infos, cost.InfoFor(in, p.deps.provider.Name(), spec.Region, spec.Serving.Models))
+		infos = append(infos, costInfo(in, p.deps.provider.Name(), spec))
 	}
 	if err := c.Ledger.SyncPool(p.name, infos, now, func(i cost.InstanceInfo) (cost.Price, cost.Price, error) {
 		return res.Prices(i.Query(), now)

@@ -65,8 +65,12 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 			Ready: v.Ready, LaunchedAt: v.LaunchedAt,
 			Leaving: leaving[v.ID] || v.State == provider.StateTerminating || v.InterruptAt != nil || v.DrainDeadline != nil})
 	}
-	if now.Before(p.blockedUntil()) {
-		return true // launches wait for the backoff; retirements too
+	if b := p.blockedUntil(); now.Before(b) {
+		// Launches wait for the backoff, retirements too; look again then.
+		if d := b.Sub(now); plan.Requeue == 0 || d < plan.Requeue {
+			plan.Requeue = d
+		}
+		return true
 	}
 	dec := pol.Decide(placement.Input{Want: int(plan.Desired), Instances: insts, Offerings: offers, Memory: p.capMem})
 	for _, l := range dec.Launches {

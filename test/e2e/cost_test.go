@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
-func (u *upProc) cost(t *testing.T) admin.CostView {
+func (u *upProc) costReport(t *testing.T) admin.CostReport {
 	t.Helper()
 	resp, err := http.Get(u.admin + "/api/v1/cost?window=24h")
 	if err != nil {
@@ -27,6 +28,12 @@ func (u *upProc) cost(t *testing.T) admin.CostView {
 	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
 		t.Fatal(err)
 	}
+	return rep
+}
+
+func (u *upProc) cost(t *testing.T) admin.CostView {
+	t.Helper()
+	rep := u.costReport(t)
 	for _, p := range rep.Pools {
 		if p.Name == "priced" {
 			return p
@@ -187,5 +194,65 @@ func TestCostPerMillionTokens(t *testing.T) {
 	// moments; both run at 2 x 3.6 $/h.
 	if rel(tc.Value, hand) > 0.05 {
 		t.Errorf("$/Mtok allocation %.4f, by hand %.4f", tc.Value, hand)
+	}
+}
+
+// A sim-provider pool of 2 spot p3.2xlarge (the aws1 capacity trace, real
+// time): spend is instance-hours x the catalog's spot price and savings the
+// on-demand difference, each within 1 %.
+func TestSimSpotPoolCost(t *testing.T) {
+	trace := filepath.Join(testbin.RepoRoot(), "..", "shared", "data", "spot-traces", "aws1")
+	if _, err := os.Stat(trace); err != nil {
+		t.Skipf("spot traces not found at %s (../shared/data): %v", trace, err)
+	}
+	const spot, onDemand = 1.012733, 3.06 // catalog: us-west-2 p3.2xlarge
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pool.yaml")
+	pool := fmt.Sprintf(`apiVersion: tidegpu.eja.dev/v1
+kind: TidePool
+metadata:
+  name: spot
+spec:
+  provider: sim
+  region: us-west-2
+  instanceType: p3.2xlarge
+  minimum: 2
+  maximum: 2
+  placement:
+    availabilityZones: [us-west-2c]
+    spotFallback: false
+  sim:
+    traceDir: %s
+    compression: 1
+`, trace)
+	if err := os.WriteFile(file, []byte(pool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := startUp(t, "", "-f", file)
+	u.waitReady("spot", 2, 30*time.Second)
+	get := func() admin.CostView {
+		for _, p := range u.costReport(t).Pools {
+			if p.Name == "spot" {
+				return p
+			}
+		}
+		return admin.CostView{}
+	}
+	eventually(t, 20*time.Second, "4 instance-seconds of spend", func() bool { return get().InstanceHours*3600 > 4 })
+	c := get()
+	t.Logf("%.2f instance-seconds: spend %.6f (%.6f expected), on-demand %.6f, savings %.6f, sources %v",
+		c.InstanceHours*3600, c.Spend, c.InstanceHours*spot, c.OnDemandEquivalent, c.Savings, c.SpendBySource)
+	if rel(c.Spend, c.InstanceHours*spot) > 0.01 {
+		t.Errorf("spend %.6f != %.6f instance-hours x %.6f", c.Spend, c.InstanceHours, spot)
+	}
+	if rel(c.Savings, c.InstanceHours*(onDemand-spot)) > 0.01 {
+		t.Errorf("savings %.6f != instance-hours x (%.2f - %.6f)", c.Savings, onDemand, spot)
+	}
+	if c.SpendBySource["catalog"] <= 0 {
+		t.Errorf("spend not labelled as catalog prices: %v", c.SpendBySource)
+	}
+	// The simulated instances serve real requests.
+	if code, body := postJSON(t, u.gateway+"/ollama-chat", `{"model":"qwen2:0.5b","messages":[{"role":"user","content":"hi"}],"stream":false}`); code != 200 {
+		t.Errorf("gateway in front of the sim pool: %d %s", code, body)
 	}
 }
