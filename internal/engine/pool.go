@@ -66,6 +66,12 @@ type Pool struct {
 	// weights set by a balancer, by instance id
 	weights map[string]int32
 
+	// retryTokens keeps the idempotency token of a launch that failed
+	// without a definite answer (timeout, throttling, lost response), per
+	// offering, so the retry returns the instance the cloud may have made
+	// instead of making a second one.
+	retryTokens map[string]retryToken
+
 	// placement
 	capMem   *placement.CapacityMemory
 	offers   []provider.Offering
@@ -412,9 +418,11 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 		wg.Add(1)
 		go func(l Launch, note string) {
 			defer wg.Done()
-			req := provider.LaunchRequest{Pool: p.name, Spec: spec, Token: newToken(), Market: l.Market,
+			key := string(l.Market) + "|" + l.Zone + "|" + l.InstanceType
+			req := provider.LaunchRequest{Pool: p.name, Spec: spec, Token: p.takeToken(key), Market: l.Market,
 				Zone: l.Zone, InstanceType: l.InstanceType}
 			in, err := d.provider.Launch(ctx, req)
+			p.settleToken(key, req.Token, err)
 			p.mu.Lock()
 			mem := p.capMem
 			p.mu.Unlock()
@@ -452,6 +460,46 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 		p.setConditionLocked(tidev1.ConditionCapacityAvailable, metav1.ConditionTrue, "Launched", "the last launches succeeded")
 	}
 	return out
+}
+
+// retryToken is a launch token kept for a retry.
+type retryToken struct {
+	token string
+	at    time.Time
+}
+
+// retryTokenTTL bounds how long a token is reused (EC2 honours one for
+// 24 h; a retry comes within seconds or minutes).
+const retryTokenTTL = 10 * time.Minute
+
+// takeToken returns the token to launch on an offering with: one kept from
+// an unanswered launch there, else a new one.
+func (p *Pool) takeToken(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.retryTokens[key]; ok {
+		delete(p.retryTokens, key)
+		if p.deps.clock.Since(t.at) < retryTokenTTL {
+			return t.token
+		}
+	}
+	return newToken()
+}
+
+// settleToken keeps the token when the launch failed without a definite
+// "no" (a capacity refusal is definite: nothing was made).
+func (p *Pool) settleToken(key, token string, err error) {
+	if err == nil || provider.IsInsufficientCapacity(err) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.retryTokens == nil {
+		p.retryTokens = map[string]retryToken{}
+	}
+	if _, ok := p.retryTokens[key]; !ok {
+		p.retryTokens[key] = retryToken{token: token, at: p.deps.clock.Now()}
+	}
 }
 
 func orDash(s string) string {
