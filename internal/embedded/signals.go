@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -55,4 +56,18 @@ func (s *gatewaySignals) observe(pool string, inFlight int, requests uint64, now
 		obs = append(obs, autoscale.Observation{Metric: "qps", Value: qps, At: now})
 	}
 	return obs
+}
+
+// SignalHealth implements engine.SignalHealth from the gateway's view of
+// the pool's balancing signals.
+func (s *gatewaySignals) SignalHealth(pool string) (source string, fallback bool, reason string, ok bool) {
+	st, ok := s.gw.SignalStatus()[pool]
+	if !ok || st.Backends == 0 {
+		return "", false, "", false
+	}
+	reason = fmt.Sprintf("%d of %d backends with fresh metrics", st.Fresh, st.Backends)
+	if st.Err != "" {
+		reason += "; source error: " + st.Err
+	}
+	return st.Source, st.Source == gateway.SignalGateway, reason, true
 }

@@ -21,6 +21,35 @@ type Signals interface {
 	Observe(pool string, now time.Time) []autoscale.Observation
 }
 
+// SignalHealth is implemented by signal sources that can say where a pool's
+// balancing signals come from now (backends' metrics, or the gateway's own
+// measurements after a fallback) and why.
+type SignalHealth interface {
+	SignalHealth(pool string) (source string, fallback bool, reason string, ok bool)
+}
+
+// ConditionBalancingSignals says whether the gateway balances the pool on
+// the backends' own metrics or has fallen back to its own measurements.
+const ConditionBalancingSignals = "BalancingSignals"
+
+// noteSignals sets the BalancingSignals condition from the signal source.
+func (p *Pool) noteSignals() {
+	h, ok := p.deps.signals.(SignalHealth)
+	if !ok {
+		return
+	}
+	source, fallback, reason, known := h.SignalHealth(p.name)
+	if !known {
+		return
+	}
+	if fallback {
+		p.setCondition(ConditionBalancingSignals, metav1.ConditionFalse, "GatewayFallback",
+			"balancing on the gateway's own measurements (in-flight, latency, errors): "+reason)
+		return
+	}
+	p.setCondition(ConditionBalancingSignals, metav1.ConditionTrue, "BackendMetrics", "balancing on backend metrics from "+source+": "+reason)
+}
+
 // AutoscaleEvery paces autoscaler evaluations (the HPA syncs every 15 s;
 // panic mode wants samples every few seconds).
 const AutoscaleEvery = 5 * time.Second

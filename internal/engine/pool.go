@@ -355,6 +355,7 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		}
 	}
 
+	p.noteSignals()
 	p.writeStatus(generation, views, launched, plan)
 	if syncErr != nil {
 		errs = append(errs, fmt.Errorf("syncing gateway: %w", syncErr))
@@ -362,6 +363,10 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	requeue := plan.Requeue
 	if autoRequeue > 0 && (requeue == 0 || autoRequeue < requeue) {
 		requeue = autoRequeue
+	}
+	if _, ok := p.deps.signals.(SignalHealth); ok && (requeue == 0 || AutoscaleEvery < requeue) {
+		// The balancing-signal condition follows the gateway's view.
+		requeue = AutoscaleEvery
 	}
 	if spec.Budget != nil && p.deps.costing != nil {
 		every := p.deps.costing.BudgetEvery

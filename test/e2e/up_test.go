@@ -59,6 +59,19 @@ func TestUpServesOllamaAndOpenAIClients(t *testing.T) {
 			t.Fatalf("ollama client (stream=%t): %d chunks, last %+v", stream, chunks, last)
 		}
 	}
+	// The gateway balances on the simulators' own metrics (scraped).
+	eventually(t, 10*time.Second, "BalancingSignals=True from the backends' metrics", func() bool {
+		p, ok := u.pool("default")
+		if !ok {
+			return false
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == "BalancingSignals" && c.Status == "True" && strings.Contains(c.Message, "scrape") {
+				return true
+			}
+		}
+		return false
+	})
 	tags, err := oc.List(ctx)
 	if err != nil || len(tags.Models) == 0 {
 		t.Fatalf("ollama client List: %v %+v", err, tags)
