@@ -124,7 +124,7 @@ func startProc(t *testing.T, args ...string) *proc {
 	go func() { _ = cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		p.signal(syscall.SIGTERM)
-		if t.Failed() {
+		if t.Failed() || os.Getenv("TIDEGPU_TEST_VERBOSE") != "" {
 			t.Logf("%s output:\n%s", args[0], out.String())
 		}
 	})
@@ -199,6 +199,27 @@ func localPool(ns, name string, min int32) *tidev1.TidePool {
 		Spec: tidev1.TidePoolSpec{Provider: tidev1.ProviderLocal, Minimum: min, Maximum: min + 2,
 			Serving: tidev1.ServingSpec{ReadinessPath: "/healthz"}},
 	}
+}
+
+// createPool creates tp and, at the end of the test (before its operator
+// stops), deletes it and waits until the finalizer has terminated its
+// instances, so no test leaves processes or pools for the next.
+func createPool(t *testing.T, tp *tidev1.TidePool) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), tp); err != nil {
+		t.Fatal(err)
+	}
+	nn := types.NamespacedName{Namespace: tp.Namespace, Name: tp.Name}
+	t.Cleanup(func() {
+		var cur tidev1.TidePool
+		if err := k8s.Get(context.Background(), nn, &cur); err != nil {
+			return
+		}
+		_ = k8s.Delete(context.Background(), &cur)
+		if _, ok := testbin.Eventually(30*time.Second, func() bool { _, ok := getPool(t, nn); return !ok }); !ok {
+			t.Errorf("pool %s not finalized within 30s", nn)
+		}
+	})
 }
 
 func getPool(t *testing.T, nn types.NamespacedName) (*tidev1.TidePool, bool) {
@@ -297,6 +318,11 @@ func TestInvalidTidePoolsRefused(t *testing.T) {
 	if err := k8s.Update(context.Background(), tp); err == nil || !strings.Contains(err.Error(), "immutable") {
 		t.Errorf("changing spec.provider: got %v, want an immutability error", err)
 	}
+	// No operator ran, so no finalizer: it goes at once and leaves nothing
+	// for the next test's operator.
+	if err := k8s.Delete(context.Background(), tp); err != nil {
+		t.Error(err)
+	}
 }
 
 // The seed's sample manifest, credentials moved into a Secret, is accepted;
@@ -384,9 +410,7 @@ func TestLocalPoolLifecycleWithStandaloneGateway(t *testing.T) {
 	gwAddr := freeAddr(t)
 	startProc(t, "gateway", "--kubeconfig", kubeconfig, "--addr", gwAddr, "--admin-addr", freeAddr(t))
 	nn := types.NamespacedName{Namespace: ns, Name: "chat"}
-	if err := k8s.Create(context.Background(), localPool(ns, "chat", 2)); err != nil {
-		t.Fatal(err)
-	}
+	createPool(t, localPool(ns, "chat", 2))
 	took := eventually(t, 30*time.Second, "2 Ready instances in status", func() bool {
 		tp, ok := getPool(t, nn)
 		return ok && tp.Status.Ready == 2 && len(readyIDs(tp)) == 2
@@ -479,9 +503,7 @@ func TestOperatorKilledDuringLaunchRestarts(t *testing.T) {
 	state := t.TempDir()
 	op := startOperator(t, state)
 	nn := types.NamespacedName{Namespace: ns, Name: "burst"}
-	if err := k8s.Create(context.Background(), localPool(ns, "burst", 3)); err != nil {
-		t.Fatal(err)
-	}
+	createPool(t, localPool(ns, "burst", 3))
 	eventually(t, 30*time.Second, "the first launch", func() bool {
 		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/burst")) >= 1
 	})
@@ -524,9 +546,7 @@ func TestOperatorKeepsKongTargets(t *testing.T) {
 	}
 	tp := localPool(ns, "kong", 2)
 	tp.Spec.Kong = &tidev1.KongSpec{AdminURL: k.URL, TokenSecretRef: &tidev1.SecretKeyReference{Name: "kong-admin", Key: "token"}}
-	if err := k8s.Create(context.Background(), tp); err != nil {
-		t.Fatal(err)
-	}
+	createPool(t, tp)
 	nn := types.NamespacedName{Namespace: ns, Name: "kong"}
 	targets := func() []string {
 		var out []string
@@ -604,9 +624,7 @@ func TestInstallManifestsApply(t *testing.T) {
 func TestAIBalancerWeighsThePool(t *testing.T) {
 	ns := namespace(t)
 	startOperator(t, t.TempDir())
-	if err := k8s.Create(context.Background(), localPool(ns, "chat", 2)); err != nil {
-		t.Fatal(err)
-	}
+	createPool(t, localPool(ns, "chat", 2))
 	ab := &tidev1alpha1.AIBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat-balancer"},
 		Spec: tidev1alpha1.AIBalancerSpec{
 			Model:    tidev1alpha1.ModelSpec{Name: "qwen2:0.5b", Version: "v1"},
@@ -660,9 +678,7 @@ func TestOperatorCostSurvivesRestart(t *testing.T) {
 	op := start()
 	tp := localPool(ns, "priced", 2)
 	tp.Spec.Pricing = &tidev1.PricingSpec{SpotPerHour: "3.6", OnDemandPerHour: "7.2"}
-	if err := k8s.Create(context.Background(), tp); err != nil {
-		t.Fatal(err)
-	}
+	createPool(t, tp)
 	spend := func() float64 {
 		resp, err := http.Get("http://" + adminAddr + "/api/v1/cost")
 		if err != nil {
@@ -699,4 +715,12 @@ func TestOperatorCostSurvivesRestart(t *testing.T) {
 	if after < before {
 		t.Errorf("spend went back from %.6f to %.6f across the restart", before, after)
 	}
+	// Delete while this (second) operator runs: its finalizer cleans up.
+	nn := types.NamespacedName{Namespace: ns, Name: "priced"}
+	if cur, ok := getPool(t, nn); ok {
+		if err := k8s.Delete(context.Background(), cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "the pool to be finalized", func() bool { _, ok := getPool(t, nn); return !ok })
 }

@@ -109,7 +109,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !controllerutil.ContainsFinalizer(&tp, Finalizer) {
 			return ctrl.Result{}, nil
 		}
-		if err := r.Engines.Remove(ctx, key); err != nil {
+		var err error
+		if r.Engines.Has(key) {
+			err = r.Engines.Remove(ctx, key)
+		} else {
+			// Not applied in this process (deleted right after a restart):
+			// find its instances through its provider all the same.
+			var creds map[string][]byte
+			if creds, err = r.credentials(ctx, &tp); err == nil {
+				err = r.Engines.Cleanup(ctx, key, &tp, creds)
+			}
+		}
+		if err != nil {
 			r.Events.Eventf(&tp, nil, corev1.EventTypeWarning, "CleanupFailed", "Delete", "terminating instances: %v", err)
 			return ctrl.Result{}, fmt.Errorf("cleaning up pool %s: %w", key, err)
 		}

@@ -42,13 +42,14 @@ type Engines struct {
 	onRound  func(pool string)
 	costing  *engine.Costing
 
-	mu       sync.Mutex
-	ctx      context.Context
-	managers map[string]*engine.Manager // by provider key
-	poolKey  map[string]string          // pool → provider key
-	closers  []func(context.Context) error
-	wg       sync.WaitGroup
-	metrics  *engine.Metrics
+	mu        sync.Mutex
+	ctx       context.Context
+	managers  map[string]*engine.Manager // by provider key
+	providers map[string]provider.Provider
+	poolKey   map[string]string // pool → provider key
+	closers   []func(context.Context) error
+	wg        sync.WaitGroup
+	metrics   *engine.Metrics
 	// rounds carries a reconcile request for a pool after each of its
 	// engine rounds (a controller-runtime channel source).
 	rounds chan event.GenericEvent
@@ -79,7 +80,7 @@ func NewEngines(o EnginesOptions) *Engines {
 	}
 	e := &Engines{rounds: make(chan event.GenericEvent, 1024), recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
 		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound, costing: o.Costing,
-		managers: map[string]*engine.Manager{}, poolKey: map[string]string{},
+		managers: map[string]*engine.Manager{}, providers: map[string]provider.Provider{}, poolKey: map[string]string{},
 		metrics: engine.NewMetrics(o.Registry)}
 	user := o.OnRound
 	e.onRound = func(pool string) {
@@ -134,39 +135,9 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 	if old, ok := e.poolKey[pool]; ok && old != key {
 		return fmt.Errorf("pool %s moved from provider %s to %s: providers are immutable", pool, old, key)
 	}
-	m, ok := e.managers[key]
-	if !ok {
-		if prov == nil {
-			return fmt.Errorf("no provider for %s", key)
-		}
-		inner := prov
-		if u, ok := prov.(interface{ Unwrap() provider.Provider }); ok {
-			inner = u.Unwrap()
-		}
-		if lp, isLocal := inner.(*local.Provider); isLocal {
-			if err := e.adoptLocked(ctx, lp); err != nil {
-				return err
-			}
-			e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
-		}
-		m, err = engine.NewManager(engine.Options{Provider: prov, Registrar: e.router, Recorder: e.recorder,
-			Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound, Costing: e.costing})
-		if err != nil {
-			return err
-		}
-		e.managers[key] = m
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			m.Run(e.ctx)
-		}()
-		if _, isLocal := inner.(*local.Provider); !isLocal {
-			e.wg.Add(1)
-			go func() {
-				defer e.wg.Done()
-				e.collectGarbage(e.ctx, prov)
-			}()
-		}
+	m, err := e.managerLocked(ctx, key, prov)
+	if err != nil {
+		return err
 	}
 	e.poolKey[pool] = key
 	cp := tp.DeepCopy()
@@ -212,6 +183,82 @@ func (e *Engines) RegistrarFingerprint(pool string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.regFP[pool]
+}
+
+// managerLocked returns the engine of a provider key, creating it (and
+// adopting what a previous run left, for local processes) on first use.
+func (e *Engines) managerLocked(ctx context.Context, key string, prov provider.Provider) (*engine.Manager, error) {
+	if m, ok := e.managers[key]; ok {
+		return m, nil
+	}
+	if prov == nil {
+		return nil, fmt.Errorf("no provider for %s", key)
+	}
+	inner := prov
+	if u, ok := prov.(interface{ Unwrap() provider.Provider }); ok {
+		inner = u.Unwrap()
+	}
+	if lp, isLocal := inner.(*local.Provider); isLocal {
+		if err := e.adoptLocked(ctx, lp); err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
+	}
+	m, err := engine.NewManager(engine.Options{Provider: prov, Registrar: e.router, Recorder: e.recorder,
+		Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound, Costing: e.costing})
+	if err != nil {
+		return nil, err
+	}
+	e.managers[key] = m
+	e.providers[key] = prov
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		m.Run(e.ctx)
+	}()
+	if _, isLocal := inner.(*local.Provider); !isLocal {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.collectGarbage(e.ctx, prov)
+		}()
+	}
+	return m, nil
+}
+
+// Cleanup terminates every instance of a pool that no engine runs — one
+// deleted before this process applied it, such as right after an operator
+// restart — and removes its gateway targets, so a finalizer never lets a
+// pool go while its instances live on.
+func (e *Engines) Cleanup(ctx context.Context, pool string, tp *tidev1.TidePool, creds map[string][]byte) error {
+	key, prov, err := e.factory(ctx, tp, creds)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if e.ctx == nil {
+		e.mu.Unlock()
+		return fmt.Errorf("engines not started yet")
+	}
+	_, err = e.managerLocked(ctx, key, prov)
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := e.router.Sync(ctx, pool, nil); err != nil {
+		return fmt.Errorf("removing gateway targets of %s: %w", pool, err)
+	}
+	insts, err := prov.List(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("listing instances of %s: %w", pool, err)
+	}
+	for _, in := range insts {
+		if err := prov.Terminate(ctx, in.ID); err != nil {
+			return fmt.Errorf("terminating %s: %w", in.ID, err)
+		}
+	}
+	e.recorder.Eventf(events.TypeNormal, "PoolRemoved", pool, "", "pool %s removed: %d instances terminated", pool, len(insts))
+	return nil
 }
 
 // Remove stops a pool: its instances are terminated and its targets removed.
