@@ -33,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aws/smithy-go/logging"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -248,7 +249,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		p.limiter = rate.NewLimiter(rate.Limit(opts.RateLimit), opts.Burst)
 	}
 
-	loadOpts := []func(*config.LoadOptions) error{config.WithRegion(opts.Region)}
+	// The SDK's own logger writes to stderr; ours already reports what
+	// matters (errors are returned and logged by the engine).
+	loadOpts := []func(*config.LoadOptions) error{config.WithRegion(opts.Region), config.WithLogger(logging.Nop{})}
 	if creds != nil {
 		static := credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)
 		loadOpts = append(loadOpts, config.WithCredentialsProvider(aws.NewCredentialsCache(static)))
