@@ -50,6 +50,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/provider/eventq"
 )
 
 // Zone is the zone of every local instance.
@@ -126,7 +127,7 @@ type Provider struct {
 	ownerDir string
 
 	lockFile *os.File
-	events   *eventQueue
+	events   *eventq.Queue
 
 	// unwatch is closed, and stopW closed, to make watchers of adopted
 	// processes return without reporting anything (Detach, or Close giving
@@ -240,7 +241,7 @@ func New(opts Options) (*Provider, error) {
 	if entries, err := readStateFile(p.statePath); err == nil {
 		p.previous = len(entries)
 	}
-	p.events = newEventQueue(eventBuffer, p.log)
+	p.events = eventq.New(eventBuffer, p.log)
 	return p, nil
 }
 
@@ -281,7 +282,7 @@ func (p *Provider) Name() string { return tidev1.ProviderLocal }
 // Events delivers instance events (Changed on Terminate, Interruption on
 // Reclaim with notice, Gone on every exit) until Close or Detach, which
 // close the channel.
-func (p *Provider) Events() <-chan provider.Event { return p.events.out }
+func (p *Provider) Events() <-chan provider.Event { return p.events.C() }
 
 // Launch starts one instance and returns it Running with its Address. It
 // does not wait for the server to answer. The same non-empty req.Token
@@ -526,7 +527,7 @@ func (p *Provider) gone(pr *proc, status string) {
 		msg = pr.cause + ": " + status
 	}
 	p.log.Info("instance gone", "id", pr.inst.ID, "pool", pr.inst.Pool, "pid", pr.pid, "status", msg)
-	p.events.push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(pr.inst), Message: msg})
+	p.events.Push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(pr.inst), Message: msg})
 }
 
 // signalLocked signals pr's process group unless it is known to be gone.
@@ -557,7 +558,7 @@ func (p *Provider) stopLocked(pr *proc, cause string) {
 	}
 	pr.inst.State = provider.StateTerminating
 	if !p.released {
-		p.events.push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(pr.inst), Message: "terminating"})
+		p.events.Push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(pr.inst), Message: "terminating"})
 	}
 	p.signalLocked(pr, unix.SIGTERM)
 	go func() {
@@ -634,7 +635,7 @@ func (p *Provider) Reclaim(ctx context.Context, id string, notice time.Duration)
 	}
 	at := p.clock.Now().Add(notice)
 	pr.inst.InterruptAt = &at
-	p.events.push(provider.Event{
+	p.events.Push(provider.Event{
 		Type:     provider.EventInterruption,
 		Instance: cloneInstance(pr.inst),
 		Message:  fmt.Sprintf("spot reclaim notice: killed in %v", notice),
@@ -731,7 +732,7 @@ func (p *Provider) shutdown() {
 	p.stopWatching()
 	p.watchers.Wait()
 	unix.Close(p.stopR)
-	p.events.close()
+	p.events.Close()
 	unlockDir(p.lockFile)
 }
 

@@ -57,6 +57,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/provider/eventq"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 )
 
@@ -186,7 +187,7 @@ type Provider struct {
 	start  time.Time
 	zones  map[string]int // zone → index in the trace
 	log    *slog.Logger
-	events *eventQueue
+	events *eventq.Queue
 	wake   chan struct{}
 	quit   chan struct{}
 	fwd    chan struct{} // closed when the forwarder of local's events ends
@@ -255,7 +256,7 @@ func New(opts Options) (*Provider, error) {
 		start:       opts.Start,
 		zones:       map[string]int{},
 		log:         opts.Logger.With("provider", tidev1.ProviderSim),
-		events:      newEventQueue(256),
+		events:      eventq.New(256, opts.Logger),
 		wake:        make(chan struct{}, 1),
 		quit:        make(chan struct{}),
 		insts:       map[string]*inst{},
@@ -282,7 +283,7 @@ func New(opts Options) (*Provider, error) {
 func (p *Provider) Name() string { return tidev1.ProviderSim }
 
 // Events delivers Changed, Interruption and Gone events until Close.
-func (p *Provider) Events() <-chan provider.Event { return p.events.out }
+func (p *Provider) Events() <-chan provider.Event { return p.events.C() }
 
 // Zones returns the trace's zones in name order.
 func (p *Provider) Zones() []string { return p.opts.Trace.ZoneNames() }
@@ -374,7 +375,7 @@ func (p *Provider) tickLocked() {
 		sortInsts(due)
 		for _, in := range due {
 			p.removeLocked(in)
-			p.events.push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed: the spot market took the instance back"})
+			p.events.Push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed: the spot market took the instance back"})
 		}
 	}
 	step := p.stepAt(now)
@@ -437,7 +438,7 @@ func (p *Provider) reclaimLocked(in *inst, notice time.Duration, now time.Time, 
 	}
 	if notice <= 0 {
 		p.removeLocked(in)
-		p.events.push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed without notice: " + why})
+		p.events.Push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed without notice: " + why})
 		return
 	}
 	if in.InterruptAt != nil {
@@ -448,7 +449,7 @@ func (p *Provider) reclaimLocked(in *inst, notice time.Duration, now time.Time, 
 	if p.nextKill.IsZero() || at.Before(p.nextKill) {
 		p.nextKill = at
 	}
-	p.events.push(provider.Event{Type: provider.EventInterruption, Instance: cloneInstance(in.Instance),
+	p.events.Push(provider.Event{Type: provider.EventInterruption, Instance: cloneInstance(in.Instance),
 		Message: fmt.Sprintf("spot interruption notice: reclaimed in %v (%s)", notice, why)})
 	select {
 	case p.wake <- struct{}{}:
@@ -709,7 +710,7 @@ func (p *Provider) Terminate(ctx context.Context, id string) error {
 	p.removeLocked(in)
 	gone := cloneInstance(in.Instance)
 	gone.State = provider.StateTerminating
-	p.events.push(provider.Event{Type: provider.EventGone, Instance: gone, Message: "terminated"})
+	p.events.Push(provider.Event{Type: provider.EventGone, Instance: gone, Message: "terminated"})
 	return nil
 }
 
@@ -844,7 +845,7 @@ func (p *Provider) Close() {
 	if p.fwd != nil {
 		<-p.fwd
 	}
-	p.events.close()
+	p.events.Close()
 }
 
 // forward relays the local provider's events with the simulator's zone,
@@ -867,7 +868,7 @@ func (p *Provider) forward(evs <-chan provider.Event) {
 				}
 			}
 			p.mu.Unlock()
-			p.events.push(ev)
+			p.events.Push(ev)
 		}
 	}
 }

@@ -639,29 +639,3 @@ func TestProcesses(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
-
-// TestEventQueueClose closes queues while their pump is delivering: no
-// event is delivered twice or out of order, and close never panics.
-func TestEventQueueClose(t *testing.T) {
-	for i := range 200 {
-		q := newEventQueue(1)
-		for j := range 50 {
-			q.push(provider.Event{Message: fmt.Sprint(j)})
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			next := 0
-			for ev := range q.out {
-				if ev.Message != fmt.Sprint(next) {
-					t.Errorf("queue %d: got event %s, want %d", i, ev.Message, next)
-					return
-				}
-				next++
-			}
-		}()
-		q.close()
-		q.push(provider.Event{Message: "after close"})
-		<-done
-	}
-}

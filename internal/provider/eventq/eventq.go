@@ -1,4 +1,10 @@
-package local
+// Package eventq is the event queue providers report instance events
+// through: in order, on a buffered channel, without ever blocking the
+// sender. Events that do not fit in the channel wait in an unbounded slice
+// that a pump goroutine drains, so a Gone event is never dropped while the
+// queue is open. Written here because no library offers an unbounded,
+// order-keeping, non-blocking channel.
+package eventq
 
 import (
 	"log/slog"
@@ -7,12 +13,8 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
-// eventQueue delivers events in order on a buffered channel without ever
-// blocking the sender: events that do not fit in the channel wait in an
-// unbounded slice that a pump goroutine drains. Gone events are therefore
-// never dropped while the queue is open; close flushes what still fits and
-// closes the channel.
-type eventQueue struct {
+// Queue is an unbounded, non-blocking event queue.
+type Queue struct {
 	out  chan provider.Event
 	wake chan struct{}
 	quit chan struct{}
@@ -25,8 +27,12 @@ type eventQueue struct {
 	closed  bool
 }
 
-func newEventQueue(buffer int, log *slog.Logger) *eventQueue {
-	q := &eventQueue{
+// New starts a queue whose channel holds buffer events; log may be nil.
+func New(buffer int, log *slog.Logger) *Queue {
+	if log == nil {
+		log = slog.Default()
+	}
+	q := &Queue{
 		out:  make(chan provider.Event, buffer),
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
@@ -37,8 +43,11 @@ func newEventQueue(buffer int, log *slog.Logger) *eventQueue {
 	return q
 }
 
-// push queues ev; it never blocks. Events pushed after close are dropped.
-func (q *eventQueue) push(ev provider.Event) {
+// C is the channel events arrive on; it is closed by Close.
+func (q *Queue) C() <-chan provider.Event { return q.out }
+
+// Push queues ev; it never blocks. Events pushed after Close are dropped.
+func (q *Queue) Push(ev provider.Event) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -52,7 +61,7 @@ func (q *eventQueue) push(ev provider.Event) {
 	}
 }
 
-func (q *eventQueue) run() {
+func (q *Queue) run() {
 	defer close(q.done)
 	for {
 		q.mu.Lock()
@@ -84,7 +93,7 @@ func (q *eventQueue) run() {
 
 // flush moves what still fits into the channel, drops the rest (nobody is
 // reading) and closes the channel.
-func (q *eventQueue) flush() {
+func (q *Queue) flush() {
 	q.mu.Lock()
 	q.closed = true
 	pending := q.pending
@@ -102,8 +111,8 @@ func (q *eventQueue) flush() {
 	close(q.out)
 }
 
-// close stops the pump and closes the channel; it is idempotent.
-func (q *eventQueue) close() {
+// Close stops the pump and closes the channel; it is idempotent.
+func (q *Queue) Close() {
 	q.once.Do(func() { close(q.quit) })
 	<-q.done
 }
