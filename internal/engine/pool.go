@@ -540,7 +540,7 @@ func (p *Pool) startProbe(ctx context.Context, in provider.Instance, path string
 		defer cancel()
 		interval := 20 * time.Millisecond
 		for {
-			if probeOnce(pctx, p.deps.client, url) {
+			if probeOnce(pctx, p.deps.client, url, in.ID) {
 				p.markReady(in)
 				return
 			}
@@ -556,7 +556,12 @@ func (p *Pool) startProbe(ctx context.Context, in provider.Instance, path string
 	}()
 }
 
-func probeOnce(ctx context.Context, c *http.Client, url string) bool {
+// instanceHeader names the instance that answered (the simulator and
+// tidegpu-aware servers set it): a probe answered by another process that
+// took the port is not this instance's readiness.
+const instanceHeader = "X-Tidegpu-Instance"
+
+func probeOnce(ctx context.Context, c *http.Client, url, id string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -568,6 +573,9 @@ func probeOnce(ctx context.Context, c *http.Client, url string) bool {
 		return false
 	}
 	resp.Body.Close()
+	if who := resp.Header.Get(instanceHeader); who != "" && who != id {
+		return false
+	}
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }
 

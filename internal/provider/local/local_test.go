@@ -255,7 +255,6 @@ func listIDs(t *testing.T, p *Provider, pool string) []string {
 }
 
 func TestLaunchServesHTTP(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	p := newTestProvider(t, dir, nil)
 	spec := childSpec(t, "EXTRA=yes")
@@ -335,7 +334,6 @@ func TestLaunchServesHTTP(t *testing.T) {
 }
 
 func TestLaunchIdempotentToken(t *testing.T) {
-	t.Parallel()
 	p := newTestProvider(t, "", nil)
 	req := provider.LaunchRequest{Pool: "chat", Spec: childSpec(t), Token: "tok-1"}
 	a := launchReady(t, p, req)
@@ -365,7 +363,6 @@ func TestLaunchIdempotentToken(t *testing.T) {
 }
 
 func TestKilledFromOutside(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	p := newTestProvider(t, dir, nil)
 	inst := launchReady(t, p, provider.LaunchRequest{Pool: "chat", Spec: childSpec(t)})
@@ -390,7 +387,6 @@ func TestKilledFromOutside(t *testing.T) {
 }
 
 func TestExitStatusReported(t *testing.T) {
-	t.Parallel()
 	p := newTestProvider(t, "", nil)
 	// The child exits 3 when it cannot listen: give it a port that is taken.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -413,7 +409,6 @@ func TestExitStatusReported(t *testing.T) {
 }
 
 func TestTerminate(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	p := newTestProvider(t, dir, nil)
 	inst := launchReady(t, p, provider.LaunchRequest{Pool: "chat", Spec: childSpec(t)})
@@ -451,7 +446,6 @@ func TestTerminate(t *testing.T) {
 }
 
 func TestTerminateKillsAfterGrace(t *testing.T) {
-	t.Parallel()
 	p := newTestProvider(t, "", func(o *Options) { o.StopGrace = shortStopGrace })
 	inst := launchReady(t, p, provider.LaunchRequest{Pool: "chat", Spec: childSpec(t, ignoreTermEnv+"=1")})
 	pid, start := pidOf(t, p, inst.ID)
@@ -477,7 +471,6 @@ func TestTerminateKillsAfterGrace(t *testing.T) {
 }
 
 func TestReclaimWithNotice(t *testing.T) {
-	t.Parallel()
 	fc := testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	p := newTestProvider(t, "", func(o *Options) { o.Clock = fc })
 	inst := launchReady(t, p, provider.LaunchRequest{Pool: "chat", Spec: childSpec(t)})
@@ -516,7 +509,6 @@ func TestReclaimWithNotice(t *testing.T) {
 }
 
 func TestReclaimNow(t *testing.T) {
-	t.Parallel()
 	p := newTestProvider(t, "", nil)
 	inst := launchReady(t, p, provider.LaunchRequest{Pool: "chat", Spec: childSpec(t)})
 	if err := p.Reclaim(context.Background(), inst.ID, 0); err != nil {
@@ -534,7 +526,6 @@ func TestReclaimNow(t *testing.T) {
 // TestAdoptAfterCrash: run A launches three instances and "crashes"
 // (Detach); run B on the same state dir adopts two and stops the third.
 func TestAdoptAfterCrash(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	a := newTestProvider(t, dir, nil)
 	k1 := launchReady(t, a, provider.LaunchRequest{Pool: "keep", Spec: childSpec(t)})
@@ -609,7 +600,6 @@ func TestAdoptAfterCrash(t *testing.T) {
 // TestAdoptPollFallback adopts without pidfds: exits are found by polling,
 // and Reclaim works on an adopted instance.
 func TestAdoptPollFallback(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	a := newTestProvider(t, dir, nil)
 	inst := launchReady(t, a, provider.LaunchRequest{Pool: "keep", Spec: childSpec(t)})
@@ -635,7 +625,6 @@ func TestAdoptPollFallback(t *testing.T) {
 // TestAdoptNeverSignalsReusedPIDs: entries whose pid is alive but started
 // at another time are different processes and must be left alone.
 func TestAdoptNeverSignalsReusedPIDs(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 
 	// A bystander in its own group, which would die of SIGTERM.
@@ -700,7 +689,6 @@ func TestAdoptNeverSignalsReusedPIDs(t *testing.T) {
 }
 
 func TestAdoptRules(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"version":1,"instances":[{"id":"x"}]}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -722,7 +710,6 @@ func TestAdoptRules(t *testing.T) {
 }
 
 func TestStateDirLocked(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	first := newTestProvider(t, dir, nil)
 	_, err := New(Options{StateDir: dir, Logger: testLogger()})
@@ -740,7 +727,6 @@ func TestStateDirLocked(t *testing.T) {
 }
 
 func TestLaunchErrors(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	p := newTestProvider(t, dir, nil)
 	for _, tc := range []struct {
@@ -776,7 +762,6 @@ func TestLaunchErrors(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	p := newTestProvider(t, dir, func(o *Options) { o.StopGrace = shortStopGrace })
 	a := launchReady(t, p, provider.LaunchRequest{Pool: "chat", Spec: childSpec(t)})

@@ -80,10 +80,9 @@ func crashingLaunch(t *testing.T, p *Provider, dir string, req provider.LaunchRe
 }
 
 func TestAdoptUnrecordedInstance(t *testing.T) {
-	t.Parallel()
 	for _, keep := range []bool{true, false} {
 		t.Run(fmt.Sprint("keep=", keep), func(t *testing.T) {
-			t.Parallel()
+
 			dir := t.TempDir()
 			killMarkedAtEnd(t, dir)
 			fc := testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -185,7 +184,6 @@ func TestAdoptUnrecordedInstance(t *testing.T) {
 // instance alone, takes down the group of a dropped one, and stops a
 // tagged child whose shell died while no run watched.
 func TestAdoptLeftovers(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	killMarkedAtEnd(t, dir)
 	a := newTestProvider(t, dir, nil)
@@ -261,7 +259,6 @@ func TestAdoptLeftovers(t *testing.T) {
 // twice: scanMarked skips it, and claim refuses it; TestScanMarked checks
 // the first alone).
 func TestAdoptScanGuards(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	owner, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -327,7 +324,6 @@ func TestAdoptScanGuards(t *testing.T) {
 // run B adopts with keep=false. After each round no process carries the
 // marker, and every instance A left running was stopped by B.
 func TestCrashStress(t *testing.T) {
-	t.Parallel()
 	rounds := 100
 	if testing.Short() {
 		rounds = 20
