@@ -37,6 +37,7 @@ const staticPool = "static"
 // gatewayOptions are the flags of `tidegpu gateway`.
 type gatewayOptions struct {
 	backends   []string
+	metrics    string
 	kubeconfig string
 	namespace  string
 	addr       string
@@ -98,6 +99,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.backends, "backend", nil, "backend base URL http://host:port; repeat for several (required)")
+	f.StringVar(&o.metrics, "metrics", "scrape", "backend signals for balancing: scrape (each backend's /metrics), prometheus=URL (PromQL), or none (the gateway's own measurements)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
@@ -249,10 +251,18 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
-	defer scrape.Close()
-	gw, err := gateway.New(gateway.Options{Policy: o.policy, Registry: reg, Logger: logger,
-		Metrics: scrape, MetricsInterval: 250 * time.Millisecond})
+	msrc, err := metricsSource(o.metrics)
+	if err != nil {
+		return err
+	}
+	if msrc != nil {
+		defer msrc.Close()
+	}
+	gwOpts := gateway.Options{Policy: o.policy, Registry: reg, Logger: logger, MetricsInterval: 250 * time.Millisecond}
+	if msrc != nil {
+		gwOpts.Metrics = msrc
+	}
+	gw, err := gateway.New(gwOpts)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -365,5 +375,28 @@ func kubeSource(kubeconfig, namespace string) backendSource {
 		}
 		<-ctx.Done()
 		return nil
+	}
+}
+
+// metricsSource builds the balancing signal source --metrics names; nil
+// means the gateway's own measurements only.
+func metricsSource(spec string) (metrics.Source, error) {
+	switch {
+	case spec == "" || spec == "scrape":
+		return metrics.NewScrape(metrics.ScrapeOptions{}), nil
+	case spec == "none":
+		return nil, nil
+	case strings.HasPrefix(spec, "prometheus="):
+		addr := strings.TrimPrefix(spec, "prometheus=")
+		if u, err := url.Parse(addr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("invalid --metrics %q: want prometheus=http://host:port", spec)
+		}
+		p, err := metrics.NewPrometheus(metrics.PrometheusOptions{Address: addr})
+		if err != nil {
+			return nil, fmt.Errorf("--metrics %q: %w", spec, err)
+		}
+		return p, nil
+	default:
+		return nil, fmt.Errorf("invalid --metrics %q: want scrape, prometheus=URL or none", spec)
 	}
 }

@@ -186,3 +186,31 @@ func TestGatewayCommandProxiesAndStops(t *testing.T) {
 		t.Error("gateway still answers after stopping")
 	}
 }
+
+func TestGatewayMetricsFlag(t *testing.T) {
+	cases := []struct {
+		value   string
+		wantErr string
+	}{
+		{"scrape", ""},
+		{"none", ""},
+		{"prometheus=http://127.0.0.1:9090", ""},
+		{"prometheus=localhost:9090", "prometheus=http://host:port"},
+		{"graphite", "want scrape, prometheus=URL or none"},
+	}
+	for _, tc := range cases {
+		cmd := cli.NewGatewayCommand()
+		cmd.SetArgs([]string{"--backend", "http://127.0.0.1:1", "--metrics", tc.value, "--addr", "127.0.0.1:0", "--admin-addr", ""})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // a valid command starts and stops at once
+		err := cmd.ExecuteContext(ctx)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("--metrics %s: %v", tc.value, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("--metrics %s: error %v, want one mentioning %q", tc.value, err, tc.wantErr)
+		}
+	}
+}
