@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,34 +11,18 @@ import (
 	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
-// startAgent runs `tidegpu agent` with args until the test ends.
+// startAgent runs `tidegpu agent` with args until the test ends; it must
+// exit cleanly on SIGTERM.
 func startAgent(t *testing.T, args ...string) *testbin.SyncBuffer {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"agent"}, args...)...)
-	out := &testbin.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	p := testbin.Start(t, binary, append([]string{"agent"}, args...)...)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("tidegpu agent exited with %v after SIGTERM", err)
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("tidegpu agent did not exit within 10s of SIGTERM")
-		}
-		if t.Failed() {
-			t.Logf("tidegpu agent output:\n%s", out.String())
+		p.Stop(syscall.SIGTERM)
+		if p.ExitErr != nil {
+			t.Errorf("tidegpu agent exited with %v after SIGTERM", p.ExitErr)
 		}
 	})
-	return out
+	return p.Out
 }
 
 // A spot interruption notice that the agent on an instance reads from the

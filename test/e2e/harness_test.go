@@ -10,10 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -49,25 +47,14 @@ func TestMain(m *testing.M) {
 
 // upProc is one running `tidegpu up`.
 type upProc struct {
+	*testbin.Proc
 	t        *testing.T
-	cmd      *exec.Cmd
-	out      *testbin.SyncBuffer
 	gateway  string // http://host:port
 	admin    string
 	stateDir string
-	exited   chan struct{}
-	exitErr  error
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testbin.FreeAddr(t) }
 
 // startUp runs `tidegpu up` with extra args on fresh ports; stateDir "" means
 // a new temporary one. It stops the process at the end of the test.
@@ -78,42 +65,12 @@ func startUp(t *testing.T, stateDir string, args ...string) *upProc {
 	}
 	gw, adm := freeAddr(t), freeAddr(t)
 	all := append([]string{"up", "--gateway-addr", gw, "--admin-addr", adm, "--state-dir", stateDir, "--log-level", "warn"}, args...)
-	cmd := exec.Command(binary, all...)
-	out := &testbin.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	u := &upProc{t: t, cmd: cmd, out: out, gateway: "http://" + gw, admin: "http://" + adm, stateDir: stateDir, exited: make(chan struct{})}
-	go func() {
-		u.exitErr = cmd.Wait()
-		close(u.exited)
-	}()
-	t.Cleanup(func() {
-		u.stop(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("tidegpu up output:\n%s", out.String())
-		}
-	})
-	return u
+	p := testbin.Start(t, binary, all...)
+	return &upProc{Proc: p, t: t, gateway: "http://" + gw, admin: "http://" + adm, stateDir: stateDir}
 }
 
 // stop signals the process and waits for it to exit (bounded).
-func (u *upProc) stop(sig syscall.Signal) {
-	select {
-	case <-u.exited:
-		return
-	default:
-	}
-	_ = u.cmd.Process.Signal(sig)
-	select {
-	case <-u.exited:
-	case <-time.After(30 * time.Second):
-		_ = u.cmd.Process.Kill()
-		<-u.exited
-		u.t.Errorf("tidegpu up did not exit within 30s of %v", sig)
-	}
-}
+func (u *upProc) stop(sig syscall.Signal) { u.Stop(sig) }
 
 // eventually polls cond until it holds or timeout passes, and says how long
 // it took.

@@ -240,8 +240,8 @@ func TestSigtermStopsEveryInstance(t *testing.T) {
 		t.Fatalf("state has %d instances, want 2", len(pids))
 	}
 	u.stop(syscall.SIGTERM)
-	if u.exitErr != nil {
-		t.Errorf("tidegpu up exited with %v after SIGTERM", u.exitErr)
+	if u.ExitErr != nil {
+		t.Errorf("tidegpu up exited with %v after SIGTERM", u.ExitErr)
 	}
 	for id, pid := range pids {
 		if alive(pid) {

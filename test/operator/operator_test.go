@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -105,68 +104,17 @@ func run(m *testing.M) int {
 }
 
 // proc is a tidegpu process run by a test.
-type proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	out    *testbin.SyncBuffer
-	exited chan struct{}
-}
+type proc = testbin.Proc
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	out := &testbin.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, cmd: cmd, out: out, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		p.signal(syscall.SIGTERM)
-		if t.Failed() || os.Getenv("TIDEGPU_TEST_VERBOSE") != "" {
-			t.Logf("%s output:\n%s", args[0], out.String())
-		}
-	})
-	return p
-}
-
-func (p *proc) signal(sig syscall.Signal) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
+	return testbin.Start(t, binary, args...)
 }
 
 // closedAddr is a loopback address nothing listens on.
 func closedAddr(t *testing.T) string { return freeAddr(t) }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testbin.FreeAddr(t) }
 
 // startOperator runs `tidegpu operator` with its local instances' state in
 // stateDir.
@@ -392,11 +340,11 @@ func TestSeedManifestAcceptedWithClearCondition(t *testing.T) {
 	if tp.Spec.Provider != tidev1.ProviderTencent {
 		t.Errorf("provider defaulted to %q, want tencent (the seed's meaning)", tp.Spec.Provider)
 	}
-	if !op.running() {
+	if !op.Running() {
 		t.Fatal("the operator exited")
 	}
-	if strings.Contains(op.out.String(), "panic") {
-		t.Errorf("the operator panicked:\n%s", op.out.String())
+	if strings.Contains(op.Out.String(), "panic") {
+		t.Errorf("the operator panicked:\n%s", op.Out.String())
 	}
 }
 
@@ -507,7 +455,7 @@ func TestOperatorKilledDuringLaunchRestarts(t *testing.T) {
 	eventually(t, 30*time.Second, "the first launch", func() bool {
 		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/burst")) >= 1
 	})
-	op.signal(syscall.SIGKILL)
+	op.Stop(syscall.SIGKILL)
 	launchedBefore := len(testbin.PIDsWithEnv("TIDEGPU_POOL=" + ns + "/burst"))
 
 	startOperator(t, state)
@@ -703,7 +651,7 @@ func TestOperatorCostSurvivesRestart(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "spend on the operator's admin API", func() bool { return spend() > 0.001 })
 	before := spend()
-	op.signal(syscall.SIGTERM)
+	op.Stop(syscall.SIGTERM)
 	var cm corev1.ConfigMap
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "tidegpu-cost-ledger"}, &cm); err != nil {
 		t.Fatalf("no ledger ConfigMap after the operator stopped: %v", err)
