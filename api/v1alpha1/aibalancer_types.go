@@ -2,6 +2,8 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 )
 
 // ModelSpec names the model the balanced backends serve.
@@ -92,6 +94,7 @@ type ServiceSpec struct {
 
 // AIBalancerSpec is the wanted balancing of a model's backends.
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || has(self.scaleTargetRef)",message="spec.autoscaling needs spec.scaleTargetRef (the Deployment or StatefulSet to scale)"
 // +kubebuilder:validation:XValidation:rule="has(self.selector) != has(self.poolRef)",message="set exactly one of spec.selector (pods by labels) and spec.poolRef (a TidePool's instances)"
 type AIBalancerSpec struct {
 	// Model the backends serve.
@@ -110,6 +113,27 @@ type AIBalancerSpec struct {
 	// PoolRef picks a TidePool's instances instead of pods.
 	// +optional
 	PoolRef *PoolReference `json:"poolRef,omitempty"`
+
+	// ScaleTargetRef is the Deployment or StatefulSet that Autoscaling
+	// scales through its scale subresource.
+	// +optional
+	ScaleTargetRef *ScaleTargetReference `json:"scaleTargetRef,omitempty"`
+
+	// Autoscaling sets the scale target's replicas from the backends'
+	// inference signals (the TidePool's autoscaling spec; replicas default
+	// to spec.scale).
+	// +optional
+	Autoscaling *tidev1.AutoscalingSpec `json:"autoscaling,omitempty"`
+}
+
+// ScaleTargetReference names a workload with a scale subresource.
+type ScaleTargetReference struct {
+	// Kind is Deployment or StatefulSet.
+	// +kubebuilder:validation:Enum=Deployment;StatefulSet
+	Kind string `json:"kind"`
+	// Name of the workload in the AIBalancer's namespace.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
 }
 
 // PoolReference names a TidePool in the same namespace.
@@ -141,6 +165,9 @@ type AIBalancerStatus struct {
 	// LastUpdated is when the weights last changed.
 	// +optional
 	LastUpdated *metav1.Time `json:"lastUpdated,omitempty"`
+	// Autoscaling is the autoscaler's last decision for the scale target.
+	// +optional
+	Autoscaling *tidev1.AutoscalingStatus `json:"autoscaling,omitempty"`
 	// Conditions say whether metrics are fresh and weights applied.
 	// +optional
 	// +listType=map

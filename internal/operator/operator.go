@@ -123,7 +123,8 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("setting up the TidePool controller: %w", err)
 	}
 	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
-	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: scrape, Weights: engines, Registry: crmetrics.Registry}
+	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: scrape, Weights: engines, Registry: crmetrics.Registry,
+		Events: mgr.GetEventRecorder("tidegpu-aibalancer")}
 	if err := ab.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the AIBalancer controller: %w", err)
 	}

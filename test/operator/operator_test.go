@@ -20,10 +20,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -671,4 +673,57 @@ func TestOperatorCostSurvivesRestart(t *testing.T) {
 		}
 	}
 	eventually(t, 30*time.Second, "the pool to be finalized", func() bool { _, ok := getPool(t, nn); return !ok })
+}
+
+// An AIBalancer with spec.autoscaling drives a Deployment through its scale
+// subresource from the backends' signals: idle backends (concurrency 0)
+// bring it down to the minimum, and the decision is in status.
+func TestAIBalancerScalesADeployment(t *testing.T) {
+	ns := namespace(t)
+	startOperator(t, t.TempDir())
+	createPool(t, localPool(ns, "chat", 2))
+	labels := map[string]string{"app": "llm"}
+	three := int32(3)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"},
+		Spec: appsv1.DeploymentSpec{Replicas: &three, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "llm", Image: "tidegpu:latest"}}}}}}
+	if err := k8s.Create(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+	zero := int32(0)
+	ab := &tidev1alpha1.AIBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scaler"},
+		Spec: tidev1alpha1.AIBalancerSpec{
+			Model:          tidev1alpha1.ModelSpec{Name: "qwen2:0.5b"},
+			Strategy:       tidev1alpha1.StrategySpec{Type: tidev1alpha1.StrategyLeastLoad, MinWeight: 10},
+			Scale:          &tidev1alpha1.ScaleSpec{MinReplicas: 1, MaxReplicas: 5},
+			PoolRef:        &tidev1alpha1.PoolReference{Name: "chat"},
+			ScaleTargetRef: &tidev1alpha1.ScaleTargetReference{Kind: "Deployment", Name: "llm"},
+			Autoscaling: &tidev1.AutoscalingSpec{
+				Metrics:  []tidev1.MetricSpec{{Type: tidev1.MetricConcurrency, Target: resource.MustParse("4")}},
+				Behavior: &tidev1.Behavior{ScaleDown: &tidev1.ScalingRules{StabilizationWindowSeconds: &zero}},
+			},
+		}}
+	if err := k8s.Create(context.Background(), ab); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, 30*time.Second, "the Deployment scaled to 1", func() bool {
+		var d appsv1.Deployment
+		return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "llm"}, &d) == nil &&
+			d.Spec.Replicas != nil && *d.Spec.Replicas == 1
+	})
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "scaler"}, ab); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("scaled 3 → 1 after %s: %+v", took, ab.Status.Autoscaling)
+	if a := ab.Status.Autoscaling; a == nil || a.DesiredReplicas != 1 || a.Recommender == "" {
+		t.Errorf("status.autoscaling = %+v, want desired 1 with its recommender", a)
+	}
+	// spec.autoscaling without a target is refused.
+	bad := ab.DeepCopy()
+	bad.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "bad"}
+	bad.Spec.ScaleTargetRef = nil
+	if err := k8s.Create(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "scaleTargetRef") {
+		t.Errorf("AIBalancer with autoscaling but no target: %v, want a refusal naming spec.scaleTargetRef", err)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,8 +58,11 @@ type Reconciler struct {
 	Weights WeightSink
 	// Registry receives the controller's metrics (optional).
 	Registry prometheus.Registerer
+	// Events records scaling decisions (optional).
+	Events events.EventRecorder
 
 	weightGauge *prometheus.GaugeVec
+	scalers     scalers
 }
 
 // SetupWithManager registers the controller.
@@ -137,6 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		setCondition(&ab, ConditionWeightsApplied, metav1.ConditionTrue, "Published",
 			"weights published in status (pods: a gateway reads them from there)")
 	}
+	r.scale(ctx, &ab, snap, len(backends), now)
 	ab.Status.CurrentReplicas = int32(len(backends))
 	if !equality.Semantic.DeepEqual(ab.Status.CurrentWeights, current) {
 		ab.Status.CurrentWeights = current
