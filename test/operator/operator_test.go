@@ -712,9 +712,11 @@ func TestAIBalancerScalesADeployment(t *testing.T) {
 		return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "llm"}, &d) == nil &&
 			d.Spec.Replicas != nil && *d.Spec.Replicas == 1
 	})
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "scaler"}, ab); err != nil {
-		t.Fatal(err)
-	}
+	// The scale is written before the status of the same reconcile.
+	eventually(t, 10*time.Second, "status.autoscaling to record the decision", func() bool {
+		return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "scaler"}, ab) == nil &&
+			ab.Status.Autoscaling != nil && ab.Status.Autoscaling.DesiredReplicas == 1
+	})
 	t.Logf("scaled 3 → 1 after %s: %+v", took, ab.Status.Autoscaling)
 	if a := ab.Status.Autoscaling; a == nil || a.DesiredReplicas != 1 || a.Recommender == "" {
 		t.Errorf("status.autoscaling = %+v, want desired 1 with its recommender", a)
