@@ -12,7 +12,7 @@ func TestObservations(t *testing.T) {
 	snap := map[string]metrics.BackendMetrics{
 		"a": {Running: 3, QueueDepth: 2, GPUUtil: 0.5, TTFTP99: 120 * time.Millisecond,
 			Has: metrics.FieldRunning | metrics.FieldQueueDepth | metrics.FieldGPUUtil | metrics.FieldTTFT, ObservedAt: now},
-		"b": {Running: 1, GPUUtil: 0.9, Has: metrics.FieldRunning | metrics.FieldGPUUtil, ObservedAt: now.Add(-time.Second)},
+		"b":     {Running: 1, GPUUtil: 0.9, Has: metrics.FieldRunning | metrics.FieldGPUUtil, ObservedAt: now.Add(-time.Second)},
 		"stale": {Running: 50, QueueDepth: 50, Has: metrics.FieldRunning | metrics.FieldQueueDepth, ObservedAt: now.Add(-time.Hour)},
 	}
 	got := map[string]float64{}
