@@ -27,6 +27,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.secretId) && !has(self.secretKey)",message="spec.secretId/spec.secretKey: inline credentials are not accepted; store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"
 // +kubebuilder:validation:XValidation:rule="self.minimum <= self.maximum",message="spec.minimum must be <= spec.maximum: lower minimum or raise maximum"
 // +kubebuilder:validation:XValidation:rule="!has(self.replicas) || (self.replicas >= self.minimum && self.replicas <= self.maximum)",message="spec.replicas must lie between spec.minimum and spec.maximum"
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'sim' || has(self.sim)",message="spec.sim: required for provider sim: set spec.sim.traceDir to a folder of per-zone spot-capacity traces"
 type TidePoolSpec struct {
 	// Provider selects the cloud provider adapter. Unset means tencent, so the
 	// seed's manifest means what it meant; `tidegpu up` defaults to local.
@@ -174,6 +175,24 @@ type PlacementSpec struct {
 	// zone the provider offers in the region.
 	// +optional
 	AvailabilityZones []string `json:"availabilityZones,omitempty"`
+	// InstanceTypes are further machine types the pool may run on besides
+	// spec.instanceType, for example g5.xlarge and g6.xlarge: each of them
+	// must serve the pool's model from spec.imageId at a comparable speed,
+	// since every instance counts as one serving instance. Placement ranks
+	// every type x zone x market by availability and price, so a type the
+	// cloud has no capacity for is skipped and the pool fills from another.
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	// +optional
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
+	// SubnetIDs maps a zone to the subnet its instances attach to, since a
+	// subnet lives in one zone on AWS and on Tencent Cloud; a zone without
+	// an entry uses spec.subnetId.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	SubnetIDs map[string]string `json:"subnetIds,omitempty"`
 	// Overprovision is the number of spare spot instances kept beyond the
 	// wanted count, as a safeguard against preemptions.
 	// +kubebuilder:validation:Minimum=0
@@ -466,4 +485,53 @@ func (s *TidePoolSpec) DesiredReplicas() int32 {
 		d = s.Maximum
 	}
 	return d
+}
+
+// InstanceTypes returns the machine types the pool may run on:
+// spec.instanceType first, then spec.placement.instanceTypes, each once,
+// empty names left out.
+func (s *TidePoolSpec) InstanceTypes() []string {
+	var out []string
+	add := func(t string) {
+		if t == "" {
+			return
+		}
+		for _, have := range out {
+			if have == t {
+				return
+			}
+		}
+		out = append(out, t)
+	}
+	add(s.InstanceType)
+	if s.Placement != nil {
+		for _, t := range s.Placement.InstanceTypes {
+			add(t)
+		}
+	}
+	return out
+}
+
+// Zones returns the zones the pool may run in: spec.placement.
+// availabilityZones when set, else spec.availabilityZone, else none (the
+// provider's choice).
+func (s *TidePoolSpec) Zones() []string {
+	if s.Placement != nil && len(s.Placement.AvailabilityZones) > 0 {
+		return s.Placement.AvailabilityZones
+	}
+	if s.AvailabilityZone != "" {
+		return []string{s.AvailabilityZone}
+	}
+	return nil
+}
+
+// SubnetFor returns the subnet for instances in zone: its entry in
+// spec.placement.subnetIds, else spec.subnetId.
+func (s *TidePoolSpec) SubnetFor(zone string) string {
+	if s.Placement != nil {
+		if id, ok := s.Placement.SubnetIDs[zone]; ok && id != "" {
+			return id
+		}
+	}
+	return s.SubnetID
 }

@@ -256,6 +256,18 @@ func (in *PlacementSpec) DeepCopyInto(out *PlacementSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.InstanceTypes != nil {
+		in, out := &in.InstanceTypes, &out.InstanceTypes
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.SubnetIDs != nil {
+		in, out := &in.SubnetIDs, &out.SubnetIDs
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.SpotFallback != nil {
 		in, out := &in.SpotFallback, &out.SpotFallback
 		*out = new(bool)

@@ -236,6 +236,31 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 			errs = append(errs, field.NotSupported(spec.Child("budget", "action"), b.Action, []string{tidev1.BudgetAlert, tidev1.BudgetCapAtMinimum}))
 		}
 	}
+	if s.Provider == tidev1.ProviderSim && s.Sim == nil {
+		errs = append(errs, field.Required(spec.Child("sim"), "required for provider sim: set spec.sim.traceDir to a folder of per-zone spot-capacity traces"))
+	}
+	if pl := s.Placement; pl != nil {
+		pp := spec.Child("placement")
+		if pl.Overprovision < 0 {
+			errs = append(errs, field.Invalid(pp.Child("overprovision"), pl.Overprovision, "must be >= 0"))
+		}
+		if pl.OnDemandBase < 0 {
+			errs = append(errs, field.Invalid(pp.Child("onDemandBase"), pl.OnDemandBase, "must be >= 0"))
+		}
+		if len(pl.InstanceTypes) > 10 {
+			errs = append(errs, field.TooMany(pp.Child("instanceTypes"), len(pl.InstanceTypes), 10))
+		}
+		seen := map[string]bool{}
+		for i, t := range pl.InstanceTypes {
+			switch {
+			case strings.TrimSpace(t) == "":
+				errs = append(errs, field.Invalid(pp.Child("instanceTypes").Index(i), t, "must name a machine type such as g5.xlarge"))
+			case seen[t]:
+				errs = append(errs, field.Duplicate(pp.Child("instanceTypes").Index(i), t))
+			}
+			seen[t] = true
+		}
+	}
 	if l := s.Local; l != nil {
 		lp := spec.Child("local")
 		if l.StartTimeoutSeconds != nil && *l.StartTimeoutSeconds < 1 {

@@ -194,6 +194,9 @@ func Run(ctx context.Context, o Options) error {
 		notice := 2 * time.Minute
 		if simSpec.NoticeSeconds != nil {
 			notice = time.Duration(*simSpec.NoticeSeconds) * time.Second
+			if notice == 0 {
+				notice = -1 // no notice: the instance ends at once
+			}
 		}
 		sim, err = spotsim.New(spotsim.Options{Trace: trace, Compression: compression, Notice: notice,
 			Local: prov, Catalog: cost.DefaultCatalog(), Logger: o.Logger})

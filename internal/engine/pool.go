@@ -381,6 +381,14 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		// New instances change the picture; look again soon.
 		requeue = time.Millisecond
 	}
+	if b := p.blockedUntil(); len(plan.Launches) > len(launched) && b.After(now) {
+		// Launches failed in this round: try again once the backoff is
+		// over (elsewhere, if placement has learnt the offering is full),
+		// not only at the next event or resync.
+		if wait := b.Sub(now); requeue == 0 || wait < requeue {
+			requeue = wait
+		}
+	}
 	if len(errs) > 0 {
 		return requeue, errors.Join(errs...)
 	}

@@ -173,8 +173,9 @@ func existingPools(c client.Reader) func(ctx context.Context) (map[string]bool, 
 }
 
 // Factory builds providers from a pool's spec: local processes (one
-// provider for every local pool) and Tencent CVM (one per region and
-// credentials Secret). Providers are cached by key; pools with the same key
+// provider for every local pool), Tencent CVM and AWS EC2 (one per region,
+// credentials Secret and endpoint) and simulated spot markets (one per
+// spec.sim). Providers are cached by key; pools with the same key
 // share one provider and one engine.
 func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFactory {
 	var (
@@ -199,8 +200,13 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 				return "", nil, fmt.Errorf("spec.region: required for provider %s", spec.Provider)
 			}
 			key = spec.Provider + "/" + spec.Region + "/" + secret + "/" + spec.Endpoint
+		case tidev1.ProviderSim:
+			if spec.Sim == nil {
+				return "", nil, fmt.Errorf("spec.sim: required for provider sim: set spec.sim.traceDir")
+			}
+			key = simKey(spec.Sim)
 		default:
-			return "", nil, fmt.Errorf("spec.provider %q: not available in this build yet (local, tencent and aws work today; sim is being added)", spec.Provider)
+			return "", nil, fmt.Errorf("spec.provider %q: unknown: use tencent, aws, local or sim", spec.Provider)
 		}
 		if p, ok := cache[key]; ok {
 			return key, p, nil
@@ -231,6 +237,11 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 				opts.Credentials = &awsprov.StaticCredentials{AccessKeyID: id, SecretAccessKey: sk, SessionToken: string(creds["sessionToken"])}
 			}
 			p, err = awsprov.New(ctx, opts)
+		case tidev1.ProviderSim:
+			if err := os.MkdirAll(stateDir, 0o755); err != nil {
+				return "", nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
+			}
+			p, err = newSimMarket(ctx, stateDir, key, spec.Sim, logger)
 		default:
 			err = fmt.Errorf("spec.provider %q: not available in this build yet", spec.Provider)
 		}

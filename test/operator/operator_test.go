@@ -242,6 +242,10 @@ func TestInvalidTidePoolsRefused(t *testing.T) {
 		{"unknown charge type", func(p *tidev1.TidePool) { p.Spec.InstanceChargeType = "PREPAID" }, `spec.instanceChargeType: Unsupported value: "PREPAID"`},
 		{"unknown provider", func(p *tidev1.TidePool) { p.Spec.Provider = "gcp" }, "spec.provider"},
 		{"negative minimum", func(p *tidev1.TidePool) { p.Spec.Minimum = -1 }, "spec.minimum"},
+		{"sim without spec.sim", func(p *tidev1.TidePool) { p.Spec.Provider = tidev1.ProviderSim }, "spec.sim: required for provider sim"},
+		{"instance type twice", func(p *tidev1.TidePool) {
+			p.Spec.Placement = &tidev1.PlacementSpec{InstanceTypes: []string{"g5.xlarge", "g6.xlarge", "g5.xlarge"}}
+		}, `spec.placement.instanceTypes[2]: Duplicate value: "g5.xlarge"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -728,4 +732,89 @@ func TestAIBalancerScalesADeployment(t *testing.T) {
 	if err := k8s.Create(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "scaleTargetRef") {
 		t.Errorf("AIBalancer with autoscaling but no target: %v, want a refusal naming spec.scaleTargetRef", err)
 	}
+}
+
+// writeTrace writes a spot-capacity trace folder (the data README's format:
+// one JSON file per zone, 300 s steps).
+func writeTrace(t *testing.T, zones map[string][]int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for zone, data := range zones {
+		b, err := json.Marshal(map[string]any{"metadata": map[string]int{"gap_seconds": 300}, "data": data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, zone+"_v100_1.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// A sim-provider pool under the operator: spread over the trace's zones on
+// spot, preempted with notice when a zone's capacity drops, refilled in the
+// zone that has capacity, and stopped (every process) on delete.
+func TestSimPoolUnderTheOperator(t *testing.T) {
+	ns := namespace(t)
+	state := t.TempDir()
+	startOperator(t, state)
+	// 300x: one 5-minute trace step per second. us-east-1a holds 1 spot
+	// instance for 8 steps, then none; us-east-1b always 4.
+	steps := 1200
+	a, b := make([]int, steps), make([]int, steps)
+	for i := range steps {
+		b[i] = 4
+		if i < 8 {
+			a[i] = 1
+		}
+	}
+	dir := writeTrace(t, map[string][]int{"us-east-1a": a, "us-east-1b": b})
+	notice := int32(60)
+	tp := &tidev1.TidePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "spot"},
+		Spec: tidev1.TidePoolSpec{Provider: tidev1.ProviderSim, InstanceType: "p3.2xlarge", Minimum: 2, Maximum: 2,
+			Serving:   tidev1.ServingSpec{ReadinessPath: "/healthz"},
+			Placement: &tidev1.PlacementSpec{},
+			Sim:       &tidev1.SimSpec{TraceDir: dir, Compression: 300, NoticeSeconds: &notice}},
+	}
+	createPool(t, tp)
+	nn := types.NamespacedName{Namespace: ns, Name: "spot"}
+	zonesOf := func(tp *tidev1.TidePool) map[string]int {
+		out := map[string]int{}
+		for _, in := range tp.Status.Instances {
+			if in.Phase == tidev1.PhaseReady {
+				out[in.Zone+"/"+in.Market]++
+			}
+		}
+		return out
+	}
+	took := eventually(t, 30*time.Second, "2 Ready spot instances", func() bool {
+		tp, ok := getPool(t, nn)
+		return ok && tp.Status.Ready == 2 && tp.Status.Spot == 2
+	})
+	t.Logf("2 spot instances Ready %s after apply", took)
+	// us-east-1a runs dry after 8 s: its instance is noticed and replaced in
+	// us-east-1b.
+	var lastZones map[string]int
+	eventually(t, 30*time.Second, "both Ready instances in us-east-1b after us-east-1a ran dry", func() bool {
+		tp, ok := getPool(t, nn)
+		if !ok {
+			return false
+		}
+		lastZones = zonesOf(tp)
+		return lastZones["us-east-1b/spot"] == 2 && len(lastZones) == 1
+	})
+	eventually(t, 10*time.Second, "a ReclaimNotice event for the instance in us-east-1a", func() bool { return hasEvent(t, ns, "ReclaimNotice", "") })
+	pids := testbin.PIDsWithEnv("TIDEGPU_POOL=" + ns + "/spot")
+	if len(pids) < 2 {
+		t.Fatalf("%d instance processes for the sim pool, want >= 2", len(pids))
+	}
+	cur, _ := getPool(t, nn)
+	if err := k8s.Delete(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the TidePool to be deleted (finalizer done)", func() bool { _, ok := getPool(t, nn); return !ok })
+	eventually(t, 10*time.Second, "every instance process of the pool to end", func() bool {
+		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/spot")) == 0
+	})
 }

@@ -216,6 +216,18 @@ func (e *Engines) managerLocked(ctx context.Context, key string, prov provider.P
 		defer e.wg.Done()
 		m.Run(e.ctx)
 	}()
+	// A provider with a loop of its own (the spot-market simulator) runs
+	// as long as its engine and shuts down after it.
+	if r, ok := inner.(interface{ Run(context.Context) }); ok {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			r.Run(e.ctx)
+		}()
+	}
+	if s, ok := inner.(interface{ Shutdown(context.Context) error }); ok {
+		e.closers = append(e.closers, s.Shutdown)
+	}
 	if _, isLocal := inner.(*local.Provider); !isLocal {
 		e.wg.Add(1)
 		go func() {

@@ -52,9 +52,9 @@ func resolveLaunch(req provider.LaunchRequest) (launchParams, error) {
 		Token:          clientToken(req.Token),
 		Port:           spec.Serving.Port,
 		UsePrivate:     spec.Serving.UsePrivateIP,
-		SubnetID:       spec.SubnetID,
 		SecurityGroups: spec.SecurityGroupIDs,
 	}
+	lp.SubnetID = spec.SubnetFor(lp.Zone)
 	if lp.Market == "" {
 		lp.Market = provider.MarketFor(spec.InstanceChargeType)
 	}

@@ -37,54 +37,71 @@ type priceEntry struct {
 	byZone map[string]float64
 }
 
-// Offerings lists the spec's instance type in each zone (the spec's zone,
-// else Options.Zones, else the zones with a spot price), spot and
-// on-demand. Spot prices are live (DescribeSpotPriceHistory, the latest
-// price per zone, cached for PriceCacheTTL); a zone without one is priced
-// at the on-demand price and labelled PriceFallback. On-demand prices come
-// from a small embedded table (PriceCatalog). Offerings EC2 refused for
-// capacity in the last UnavailableTTL are not Available. When the price
-// API fails, spot offerings fall back and a warning is logged.
+// Offerings lists each of the spec's instance types (spec.instanceType,
+// then spec.placement.instanceTypes) in each zone (spec.placement.
+// availabilityZones, else the spec's zone, else Options.Zones, else the
+// zones with a spot price for any of the types), spot and on-demand. Spot
+// prices are live (one DescribeSpotPriceHistory for all the types, the
+// latest price per type and zone, cached for PriceCacheTTL); a zone
+// without one is priced at the on-demand price and labelled PriceFallback.
+// On-demand prices come from a small embedded table (PriceCatalog).
+// Offerings EC2 refused for capacity in the last UnavailableTTL are not
+// Available. When the price API fails, spot offerings fall back and a
+// warning is logged.
 func (p *Provider) Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]provider.Offering, error) {
-	if spec == nil || spec.InstanceType == "" {
+	var itypes []string
+	if spec != nil {
+		itypes = spec.InstanceTypes()
+	}
+	if len(itypes) == 0 {
 		return nil, fmt.Errorf("listing offerings: %w: spec.instanceType is required on aws", ErrInvalidRequest)
 	}
-	itype := spec.InstanceType
-	spot, err := p.spotPrices(ctx, itype)
+	spot, err := p.spotPrices(ctx, itypes)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("listing offerings for %s: %w", itype, err)
+			return nil, fmt.Errorf("listing offerings for %s: %w", strings.Join(itypes, ", "), err)
 		}
-		p.log.Warn("spot prices unavailable; spot offerings use the on-demand price", "instanceType", itype, "region", p.opts.Region, "err", err)
+		p.log.Warn("spot prices unavailable; spot offerings use the on-demand price", "instanceTypes", itypes, "region", p.opts.Region, "err", err)
 		spot = nil
 	}
-	zones := offeringZones(spec.AvailabilityZone, p.opts.Zones, spot)
-	od, odKnown := onDemandPrice(p.opts.Region, itype)
+	zones := offeringZones(spec.Zones(), p.opts.Zones, spot)
 	now := p.clock.Now()
+	var out []provider.Offering
 	p.mu.Lock()
 	unavailable := func(k offeringKey) bool { return now.Before(p.unavailable[k]) }
-	out := buildOfferings(itype, zones, spot, od, odKnown, unavailable)
+	for _, itype := range itypes {
+		od, odKnown := onDemandPrice(p.opts.Region, itype)
+		out = append(out, buildOfferings(itype, zones, spot[itype], od, odKnown, unavailable)...)
+	}
 	p.mu.Unlock()
 	return out, nil
 }
 
-// offeringZones: the spec's zone, else the configured zones, else the
-// zones with a spot price (sorted), else one zone-less offering ("").
-func offeringZones(specZone string, configured []string, spot map[string]float64) []string {
+// offeringZones: the spec's zones, else the configured zones, else the
+// zones with a spot price for any type (sorted), else one zone-less
+// offering ("").
+func offeringZones(specZones, configured []string, spot map[string]map[string]float64) []string {
 	switch {
-	case specZone != "":
-		return []string{specZone}
+	case len(specZones) > 0:
+		return specZones
 	case len(configured) > 0:
 		return configured
-	case len(spot) > 0:
-		zs := make([]string, 0, len(spot))
-		for z := range spot {
-			zs = append(zs, z)
-		}
-		sort.Strings(zs)
-		return zs
 	}
-	return []string{""}
+	seen := map[string]bool{}
+	var zs []string
+	for _, byZone := range spot {
+		for z := range byZone {
+			if !seen[z] {
+				seen[z] = true
+				zs = append(zs, z)
+			}
+		}
+	}
+	if len(zs) == 0 {
+		return []string{""}
+	}
+	sort.Strings(zs)
+	return zs
 }
 
 // buildOfferings is the pure part of Offerings: spot then on-demand for
@@ -110,23 +127,34 @@ func buildOfferings(itype string, zones []string, spot map[string]float64, od fl
 	return out
 }
 
-// spotPrices returns the current spot price of the type in each zone that
-// has one.
-func (p *Provider) spotPrices(ctx context.Context, itype string) (map[string]float64, error) {
+// spotPrices returns the current spot price of each type in each zone that
+// has one (type -> zone -> price). Types whose cached prices are fresh are
+// not asked again; the others are asked in one paginated call.
+func (p *Provider) spotPrices(ctx context.Context, itypes []string) (map[string]map[string]float64, error) {
 	now := p.clock.Now()
+	out := make(map[string]map[string]float64, len(itypes))
+	var stale []string
 	p.mu.Lock()
-	if e, ok := p.prices[itype]; ok && now.Sub(e.at) < p.opts.PriceCacheTTL {
-		p.mu.Unlock()
-		return e.byZone, nil
+	for _, t := range itypes {
+		if e, ok := p.prices[t]; ok && now.Sub(e.at) < p.opts.PriceCacheTTL {
+			out[t] = e.byZone
+		} else {
+			stale = append(stale, t)
+		}
 	}
 	p.mu.Unlock()
+	if len(stale) == 0 {
+		return out, nil
+	}
 
 	// With a StartTime, EC2 also returns the last change before it: the
 	// price in effect now.
 	in := &ec2.DescribeSpotPriceHistoryInput{
-		InstanceTypes:       []types.InstanceType{types.InstanceType(itype)},
 		ProductDescriptions: []string{productLinux},
 		StartTime:           aws.Time(now),
+	}
+	for _, t := range stale {
+		in.InstanceTypes = append(in.InstanceTypes, types.InstanceType(t))
 	}
 	var history []types.SpotPrice
 	pages := ec2.NewDescribeSpotPriceHistoryPaginator(p.client, in, func(o *ec2.DescribeSpotPriceHistoryPaginatorOptions) {
@@ -135,15 +163,18 @@ func (p *Provider) spotPrices(ctx context.Context, itype string) (map[string]flo
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, classify(err, "", itype, provider.MarketSpot)
+			return nil, classify(err, "", strings.Join(stale, ","), provider.MarketSpot)
 		}
 		history = append(history, page.SpotPriceHistory...)
 	}
-	byZone := latestSpotPrices(history, itype)
 	p.mu.Lock()
-	p.prices[itype] = priceEntry{at: now, byZone: byZone}
+	for _, t := range stale {
+		byZone := latestSpotPrices(history, t)
+		p.prices[t] = priceEntry{at: now, byZone: byZone}
+		out[t] = byZone
+	}
 	p.mu.Unlock()
-	return byZone, nil
+	return out, nil
 }
 
 // latestSpotPrices keeps, for each zone, the most recent parsable price of

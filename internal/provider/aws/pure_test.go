@@ -224,6 +224,9 @@ func TestResolveLaunch(t *testing.T) {
 	noType.InstanceType = ""
 	noPort := testSpec()
 	noPort.Serving.Port = 0
+	zonal := testSpec()
+	zonal.SubnetID = "subnet-default"
+	zonal.Placement = &tidev1.PlacementSpec{SubnetIDs: map[string]string{"us-east-1b": "subnet-b"}}
 	cases := []struct {
 		name    string
 		req     provider.LaunchRequest
@@ -239,6 +242,18 @@ func TestResolveLaunch(t *testing.T) {
 		{"request overrides", provider.LaunchRequest{Pool: "chat", Spec: testSpec(), Zone: "us-east-1b", InstanceType: "g6.xlarge", Market: provider.MarketOnDemand}, false, func(lp launchParams) string {
 			if lp.Zone != "us-east-1b" || lp.InstanceType != "g6.xlarge" || lp.Market != provider.MarketOnDemand {
 				return fmt.Sprintf("%+v", lp)
+			}
+			return ""
+		}},
+		{"zonal subnet", provider.LaunchRequest{Pool: "chat", Spec: zonal, Zone: "us-east-1b"}, false, func(lp launchParams) string {
+			if lp.SubnetID != "subnet-b" {
+				return "subnet " + lp.SubnetID
+			}
+			return ""
+		}},
+		{"zone without a subnet entry uses spec.subnetId", provider.LaunchRequest{Pool: "chat", Spec: zonal, Zone: "us-east-1c"}, false, func(lp launchParams) string {
+			if lp.SubnetID != zonal.SubnetID {
+				return "subnet " + lp.SubnetID
 			}
 			return ""
 		}},
@@ -497,17 +512,21 @@ func TestLatestSpotPrices(t *testing.T) {
 }
 
 func TestOfferingZones(t *testing.T) {
-	spot := map[string]float64{"us-east-1c": 1, "us-east-1a": 1}
+	spot := map[string]map[string]float64{
+		"g5.xlarge": {"us-east-1c": 1, "us-east-1a": 1},
+		"g6.xlarge": {"us-east-1a": 1, "us-east-1d": 1},
+	}
 	cases := []struct {
-		spec       string
+		spec       []string
 		configured []string
-		spot       map[string]float64
+		spot       map[string]map[string]float64
 		want       []string
 	}{
-		{"us-east-1b", []string{"us-east-1a"}, spot, []string{"us-east-1b"}},
-		{"", []string{"us-east-1f"}, spot, []string{"us-east-1f"}},
-		{"", nil, spot, []string{"us-east-1a", "us-east-1c"}},
-		{"", nil, nil, []string{""}},
+		{[]string{"us-east-1b"}, []string{"us-east-1a"}, spot, []string{"us-east-1b"}},
+		{[]string{"us-east-1b", "us-east-1e"}, nil, spot, []string{"us-east-1b", "us-east-1e"}},
+		{nil, []string{"us-east-1f"}, spot, []string{"us-east-1f"}},
+		{nil, nil, spot, []string{"us-east-1a", "us-east-1c", "us-east-1d"}},
+		{nil, nil, nil, []string{""}},
 	}
 	for _, c := range cases {
 		if got := offeringZones(c.spec, c.configured, c.spot); fmt.Sprint(got) != fmt.Sprint(c.want) {

@@ -265,8 +265,8 @@ type launchTarget struct {
 func resolveTarget(req provider.LaunchRequest) launchTarget {
 	t := launchTarget{Zone: req.Zone, InstanceType: req.InstanceType, Market: req.Market}
 	if req.Spec != nil {
-		if t.Zone == "" {
-			t.Zone = req.Spec.AvailabilityZone
+		if zs := req.Spec.Zones(); t.Zone == "" && len(zs) > 0 {
+			t.Zone = zs[0]
 		}
 		if t.InstanceType == "" {
 			t.InstanceType = req.Spec.InstanceType
@@ -310,8 +310,8 @@ func buildRunInstances(req provider.LaunchRequest, cfg launchConfig) (runInstanc
 		return runInstancesParams{}, fmt.Errorf("pool %q: spec.instanceType is empty", req.Pool)
 	case spec.ImageID == "":
 		return runInstancesParams{}, fmt.Errorf("pool %q: spec.imageId is empty", req.Pool)
-	case (spec.VpcID == "") != (spec.SubnetID == ""):
-		return runInstancesParams{}, fmt.Errorf("pool %q: spec.vpcId and spec.subnetId must be set together", req.Pool)
+	case (spec.VpcID == "") != (spec.SubnetFor(t.Zone) == ""):
+		return runInstancesParams{}, fmt.Errorf("pool %q: spec.vpcId and spec.subnetId (or spec.placement.subnetIds[%s]) must be set together", req.Pool, t.Zone)
 	}
 	port := int(spec.Serving.Port)
 	if port <= 0 {
@@ -342,7 +342,7 @@ func buildRunInstances(req provider.LaunchRequest, cfg launchConfig) (runInstanc
 		}},
 	}
 	if spec.VpcID != "" {
-		p.VirtualPrivateCloud = &virtualPrivateCloud{VpcId: spec.VpcID, SubnetId: spec.SubnetID}
+		p.VirtualPrivateCloud = &virtualPrivateCloud{VpcId: spec.VpcID, SubnetId: spec.SubnetFor(t.Zone)}
 	}
 	if !spec.Serving.UsePrivateIP {
 		bw := cfg.PublicBandwidthMb

@@ -215,6 +215,9 @@ func TestResolveTarget(t *testing.T) {
 		{"request overrides", provider.LaunchRequest{Spec: spec, Zone: "ap-singapore-2", InstanceType: "GN7.5XLARGE80", Market: provider.MarketSpot},
 			launchTarget{"ap-singapore-2", "GN7.5XLARGE80", provider.MarketSpot}},
 		{"spot by default", provider.LaunchRequest{Spec: &tidev1.TidePoolSpec{}}, launchTarget{Market: provider.MarketSpot}},
+		{"first placement zone without spec zone", provider.LaunchRequest{Spec: &tidev1.TidePoolSpec{InstanceType: "GN7.2XLARGE32",
+			Placement: &tidev1.PlacementSpec{AvailabilityZones: []string{"ap-singapore-3", "ap-singapore-1"}}}},
+			launchTarget{"ap-singapore-3", "GN7.2XLARGE32", provider.MarketSpot}},
 		{"nil spec", provider.LaunchRequest{}, launchTarget{Market: provider.MarketSpot}},
 	}
 	for _, c := range cases {
@@ -284,6 +287,19 @@ func TestBuildRunInstances(t *testing.T) {
 		}
 		if tg := p.TagSpecification[0].Tags; tg[3].Value != "11434" || tg[4].Value != "private" {
 			t.Errorf("tags %+v", tg)
+		}
+	})
+	t.Run("zonal subnet", func(t *testing.T) {
+		s := spec(func(s *tidev1.TidePoolSpec) {
+			s.Placement = &tidev1.PlacementSpec{SubnetIDs: map[string]string{"ap-singapore-2": "subnet-2"}}
+		})
+		p, err := buildRunInstances(provider.LaunchRequest{Pool: "chat", Spec: s, Zone: "ap-singapore-2"}, cfg)
+		if err != nil || p.VirtualPrivateCloud == nil || p.VirtualPrivateCloud.SubnetId != "subnet-2" || p.Placement.Zone != "ap-singapore-2" {
+			t.Errorf("got %+v %+v, %v", p.Placement, p.VirtualPrivateCloud, err)
+		}
+		p, err = buildRunInstances(provider.LaunchRequest{Pool: "chat", Spec: s, Zone: "ap-singapore-1"}, cfg)
+		if err != nil || p.VirtualPrivateCloud.SubnetId != "subnet-1" {
+			t.Errorf("zone without an entry: %+v, %v", p.VirtualPrivateCloud, err)
 		}
 	})
 	t.Run("request market wins", func(t *testing.T) {

@@ -39,28 +39,38 @@ func (p *Provider) markNoCapacity(k offerKey) {
 	p.mu.Unlock()
 }
 
-// Offerings implements provider.OfferingSource: the spec's instance type in
-// its zone, on the spot and on-demand markets, priced by
-// InquiryPriceRunInstances (PriceLive). Without a live price the embedded
-// table stands in (PriceCatalog, on-demand); a spot offering without a live
-// spot price carries the on-demand price (PriceFallback). An offering the
-// API reported without capacity (at launch or price inquiry) is not
-// Available for CapacityTTL.
+// Offerings implements provider.OfferingSource: each of the spec's
+// instance types (spec.instanceType, then spec.placement.instanceTypes) in
+// each of its zones (spec.placement.availabilityZones, else
+// spec.availabilityZone), on the spot and on-demand markets, priced by
+// InquiryPriceRunInstances (PriceLive; cached per offering). Without a
+// live price the embedded table stands in (PriceCatalog, on-demand); a
+// spot offering without a live spot price carries the on-demand price
+// (PriceFallback). An offering the API reported without capacity (at
+// launch or price inquiry) is not Available for CapacityTTL.
 func (p *Provider) Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]provider.Offering, error) {
-	if spec == nil || spec.InstanceType == "" || spec.AvailabilityZone == "" {
-		return nil, errors.New("tencent: offerings: spec.instanceType and spec.availabilityZone are required")
+	if spec == nil {
+		return nil, errors.New("tencent: offerings: no spec")
 	}
-	zone, typ := spec.AvailabilityZone, spec.InstanceType
-	od := p.price(ctx, spec.ImageID, offerKey{Zone: zone, InstanceType: typ, Market: provider.MarketOnDemand})
-	sp := p.price(ctx, spec.ImageID, offerKey{Zone: zone, InstanceType: typ, Market: provider.MarketSpot})
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("tencent: offerings: %w", err)
+	types, zones := spec.InstanceTypes(), spec.Zones()
+	if len(types) == 0 || len(zones) == 0 {
+		return nil, errors.New("tencent: offerings: spec.instanceType and spec.availabilityZone (or spec.placement.availabilityZones) are required")
 	}
-	cat, inCatalog := catalogPrice(typ)
-	return []provider.Offering{
-		p.offering(zone, typ, provider.MarketSpot, sp, od, cat, inCatalog),
-		p.offering(zone, typ, provider.MarketOnDemand, od, od, cat, inCatalog),
-	}, nil
+	out := make([]provider.Offering, 0, 2*len(types)*len(zones))
+	for _, typ := range types {
+		cat, inCatalog := catalogPrice(typ)
+		for _, zone := range zones {
+			od := p.price(ctx, spec.ImageID, offerKey{Zone: zone, InstanceType: typ, Market: provider.MarketOnDemand})
+			sp := p.price(ctx, spec.ImageID, offerKey{Zone: zone, InstanceType: typ, Market: provider.MarketSpot})
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("tencent: offerings: %w", err)
+			}
+			out = append(out,
+				p.offering(zone, typ, provider.MarketSpot, sp, od, cat, inCatalog),
+				p.offering(zone, typ, provider.MarketOnDemand, od, od, cat, inCatalog))
+		}
+	}
+	return out, nil
 }
 
 // offering composes one offering from the live prices and the catalog.

@@ -644,6 +644,40 @@ func TestOfferingsLivePrices(t *testing.T) {
 	}
 }
 
+// Every instance type of the pool in every placement zone is offered, each
+// priced by its own inquiry.
+func TestOfferingsEveryTypeAndZone(t *testing.T) {
+	f := newFake(t)
+	const zone2, gpu2 = "ap-singapore-2", "GN10X.2XLARGE40"
+	f.SetPrice(zone, gpu, "SPOTPAID", 0.31)
+	f.SetPrice(zone2, gpu2, "SPOTPAID", 0.52)
+	f.SetNoCapacity(zone2, gpu, "SPOTPAID", "")
+	p := newProvider(t, f, nil)
+	spec := poolSpec(func(s *tidev1.TidePoolSpec) {
+		s.Placement = &tidev1.PlacementSpec{AvailabilityZones: []string{zone, zone2}, InstanceTypes: []string{gpu2}}
+	})
+	os := must(p.Offerings(ctx(t), spec))
+	got := map[string]provider.Offering{}
+	for _, o := range os {
+		got[o.InstanceType+"/"+o.Zone+"/"+string(o.Market)] = o
+	}
+	if len(os) != 8 || len(got) != 8 {
+		t.Fatalf("%d offerings (%d distinct), want 2 types x 2 zones x 2 markets: %+v", len(os), len(got), os)
+	}
+	if o := got[gpu+"/"+zone+"/spot"]; o.PricePerHour != 0.31 || o.PriceSource != provider.PriceLive || !o.Available {
+		t.Errorf("%s in %s: %+v", gpu, zone, o)
+	}
+	if o := got[gpu2+"/"+zone2+"/spot"]; o.PricePerHour != 0.52 || o.PriceSource != provider.PriceLive || !o.Available {
+		t.Errorf("%s in %s: %+v", gpu2, zone2, o)
+	}
+	if o := got[gpu+"/"+zone2+"/spot"]; o.Available {
+		t.Errorf("no capacity, yet available: %+v", o)
+	}
+	if n := f.CallCount("InquiryPriceRunInstances"); n != 8 {
+		t.Errorf("%d price inquiries, want 8", n)
+	}
+}
+
 func TestOfferingsFallbacks(t *testing.T) {
 	t.Run("spot price unavailable: live on-demand stands in", func(t *testing.T) {
 		f := newFake(t)
