@@ -47,6 +47,12 @@ type AutoscalingSpec struct {
 	// +optional
 	Predictive *PredictiveSpec `json:"predictive,omitempty"`
 
+	// Burst enables the recommender that keeps standing capacity for the
+	// bursts seen recently: a request-weighted quantile of the load over a
+	// trailing window. Unset means off.
+	// +optional
+	Burst *BurstSpec `json:"burst,omitempty"`
+
 	// MetricMaxAge is how old an observation may be before it counts as
 	// missing. Default 60s.
 	// +optional
@@ -297,11 +303,46 @@ type PredictiveSpec struct {
 	TimeZone string `json:"timeZone,omitempty"`
 }
 
+// BurstSpec configures the burst recommender. It keeps the pool at least
+// as large as the load of the bursts seen over the trailing Window needs,
+// so that capacity is already serving when the next burst of that size
+// comes, whatever the cold start. The load is averaged per Bucket; the
+// buckets are weighted by their load (the requests they carried), and the
+// smallest bucket load at or above which lies no more than 1 - Quantile of
+// the window's load is provisioned: with Quantile 0.99, the buckets that
+// carried 99 % of the requests fit the pool. The floor follows the window:
+// it rises after a burst and falls once the burst has left the window.
+type BurstSpec struct {
+	// Metric names the additive metric (of Metrics) whose load is observed.
+	Metric string `json:"metric"`
+
+	// Target is the load one instance serves within the latency objective
+	// (for QPS, its throughput at full batch). It is usually above the
+	// metric's own target, which keeps headroom for reactive scaling.
+	// Default: the metric's target.
+	// +optional
+	Target *resource.Quantity `json:"target,omitempty"`
+
+	// Quantile of the window's load, weighted by load, to provision for:
+	// more than 0 and at most 1 (1 is the largest bucket). Default 0.99.
+	// +optional
+	Quantile *resource.Quantity `json:"quantile,omitempty"`
+
+	// Window is how far back bursts are remembered, 10m-7d. Default 8h.
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// Bucket is the averaging interval of the load, 1s-1h; Window holds at
+	// most 10080 buckets. Default 1m.
+	// +optional
+	Bucket *metav1.Duration `json:"bucket,omitempty"`
+}
+
 // AutoscalingStatus records the autoscaler's last decision.
 type AutoscalingStatus struct {
 	// DesiredReplicas is what the autoscaler wants.
 	DesiredReplicas int32 `json:"desiredReplicas"`
-	// Recommender that won: reactive, panic, predictive, schedule,
+	// Recommender that won: reactive, panic, predictive, burst, schedule,
 	// minReplicas, maxReplicas or hold.
 	Recommender string `json:"recommender"`
 	// Metric (or schedule) and Value behind the decision.

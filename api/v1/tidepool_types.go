@@ -170,6 +170,7 @@ type SecretReference struct {
 }
 
 // PlacementSpec configures spot placement across the provider's offerings.
+// +kubebuilder:validation:XValidation:rule="!has(self.coverPreemptedOnly) || !self.coverPreemptedOnly || has(self.coverLoss)",message="spec.placement.coverPreemptedOnly needs spec.placement.coverLoss (Zone or Region)"
 type PlacementSpec struct {
 	// AvailabilityZones limits placement to these zones; empty means every
 	// zone the provider offers in the region.
@@ -210,6 +211,32 @@ type PlacementSpec struct {
 	// even while a spot replacement starts.
 	// +optional
 	EagerFallback bool `json:"eagerFallback,omitempty"`
+	// MaxPerZone caps the pool's spot instances in one availability zone (a
+	// zone fails as one); spot that no zone below the cap can take is
+	// covered by the on-demand fallback. 0 means no cap.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxPerZone int32 `json:"maxPerZone,omitempty"`
+	// SpreadRegions places each spot instance in the region holding the
+	// fewest of the pool's spot before the zone holding the fewest (zones of
+	// one region often fail together). Best with maxPerZone.
+	// +optional
+	SpreadRegions bool `json:"spreadRegions,omitempty"`
+	// CoverLoss keeps enough on-demand instances that losing all the pool's
+	// spot in any one Zone (or Region) still leaves the wanted count; they
+	// are retired once ready spot outside the largest zone (region) covers
+	// it. Unset: no cover.
+	// +kubebuilder:validation:Enum=Zone;Region
+	// +optional
+	CoverLoss string `json:"coverLoss,omitempty"`
+	// CoverPreemptedOnly narrows coverLoss to zones that lost a spot
+	// instance to a preemption within preemptedFor.
+	// +optional
+	CoverPreemptedOnly bool `json:"coverPreemptedOnly,omitempty"`
+	// PreemptedFor is how long a zone that lost a spot instance to a
+	// preemption is placed after the others and counts as at risk. Default 1h.
+	// +optional
+	PreemptedFor *metav1.Duration `json:"preemptedFor,omitempty"`
 }
 
 // SimSpec configures the spot-market simulator: it replays real spot

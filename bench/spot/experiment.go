@@ -10,7 +10,8 @@
 // clock is stepped through the trace, the simulator plays the market
 // (capacity, refusals, preemptions with notice) and the real placement
 // package decides every step. The loop in Run stands in for the engine's
-// observe → decide → apply round, which does not consult placement yet.
+// observe → decide → apply round, which consults the same placement policy
+// (internal/engine/placement.go).
 package spotbench
 
 import (
@@ -72,22 +73,47 @@ type Config struct {
 	// (placement.CapacityMemory.SetPreemptedTTL); 0 means the default,
 	// negative turns the preference off.
 	PreemptedTTL time.Duration
+	// LogDips records every dip of the serving count (Result.DipLog).
+	LogDips bool
+}
+
+// Dip describes one time the pool served fewer than Want instances (an
+// instance under notice counted as serving until it ends: the engine's
+// view), for the analysis in BENCHMARKS.md.
+type Dip struct {
+	// At is the dip's start, from the start of the trace; Length its length.
+	At, Length time.Duration
+	// Serving is the serving count at the start (below Want).
+	Serving int
+	// Lost counts, per zone, the instances that got a notice within a
+	// cold start plus a notice before the start (the losses the dip
+	// follows).
+	Lost map[string]int
+	// ServingBefore is the serving count just before the first of those
+	// notices: ServingBefore - Want spares were ready.
+	ServingBefore int
+	// Repeat lists the lost zones that had already lost an instance in the
+	// hour before that first notice.
+	Repeat []string
+	// OnDemandStarting counts on-demand instances starting at the start.
+	OnDemandStarting int
 }
 
 // Result is what an experiment measured over the scored time.
 type Result struct {
 	// Scored is the simulated time measured (after the warm-up).
 	Scored time.Duration
-	// Met is the time with at least Want ready instances.
+	// Met is the time with at least Want ready instances, an instance
+	// under notice not counted (drained at notice, the older rule).
 	Met time.Duration
 	// Dips counts the times the pool fell below Want ready; LongestDip is
 	// the longest.
 	Dips       int
 	LongestDip time.Duration
 	// MetServing, ServingDips and LongestServingDip measure the same with
-	// an instance under notice counted as serving until it ends (what the
-	// pool would get if the engine kept routing to it until its
-	// replacement is ready; today's engine drains it at once).
+	// an instance under notice counted as serving until it ends: the
+	// engine's view, since the engine keeps routing to a noticed instance
+	// until its replacement is Ready or its deadline comes.
 	MetServing        time.Duration
 	ServingDips       int
 	LongestServingDip time.Duration
@@ -97,6 +123,8 @@ type Result struct {
 	Hours map[placement.Key]float64
 	// Launches, refused spot launches, and preemptions over the whole run.
 	Launches, Refused, Preemptions int
+	// DipLog holds every serving dip when Config.LogDips is set.
+	DipLog []Dip
 }
 
 // Availability is the fraction of scored time with ready >= wanted.
@@ -197,6 +225,16 @@ func Run(cfg Config) (Result, error) {
 
 	res := Result{Hours: map[placement.Key]float64{}}
 	noticed := map[string]bool{}
+	type notice struct {
+		at   time.Time
+		zone string
+	}
+	type sample struct {
+		at      time.Time
+		serving int
+	}
+	var notices []notice
+	var history []sample
 	var dipStart, serveDipStart time.Time
 	inDip, inServeDip := false, false
 	end := t0.Add(dur)
@@ -213,6 +251,9 @@ func Run(cfg Config) (Result, error) {
 		for _, in := range insts {
 			if in.InterruptAt != nil && !noticed[in.ID] {
 				noticed[in.ID] = true
+				if cfg.LogDips {
+					notices = append(notices, notice{now, in.Zone})
+				}
 				mem.RecordPreemption(placement.Key{Zone: in.Zone, InstanceType: in.InstanceType, Market: in.Market})
 			}
 		}
@@ -290,10 +331,45 @@ func Run(cfg Config) (Result, error) {
 				if inServeDip {
 					inServeDip = false
 					res.LongestServingDip = max(res.LongestServingDip, now.Sub(serveDipStart))
+					if cfg.LogDips {
+						res.DipLog[len(res.DipLog)-1].Length = now.Sub(serveDipStart)
+					}
 				}
 			} else if !inServeDip {
 				inServeDip, serveDipStart = true, now
 				res.ServingDips++
+				if cfg.LogDips {
+					res.DipLog = append(res.DipLog, dipAt(now, t0, cfg, serving, insts, func(from time.Time) (map[string]int, time.Time) {
+						lost, first := map[string]int{}, time.Time{}
+						for _, n := range notices {
+							if n.at.After(from) && !n.at.After(now) {
+								lost[n.zone]++
+								if first.IsZero() {
+									first = n.at
+								}
+							}
+						}
+						return lost, first
+					}, func(t time.Time) int {
+						s := 0
+						for _, h := range history {
+							if h.at.Before(t) {
+								s = h.serving
+							}
+						}
+						return s
+					}, func(zone string, from, to time.Time) bool {
+						for _, n := range notices {
+							if n.zone == zone && !n.at.Before(from) && n.at.Before(to) {
+								return true
+							}
+						}
+						return false
+					}))
+				}
+			}
+			if cfg.LogDips {
+				history = append(history, sample{now, serving})
 			}
 		}
 		now = next
@@ -303,9 +379,44 @@ func Run(cfg Config) (Result, error) {
 	}
 	if inServeDip {
 		res.LongestServingDip = max(res.LongestServingDip, end.Sub(serveDipStart))
+		if cfg.LogDips {
+			res.DipLog[len(res.DipLog)-1].Length = end.Sub(serveDipStart)
+		}
 	}
 	res.Preemptions = int(sim.Stats().Preemptions)
 	return res, nil
+}
+
+// dipAt describes a dip starting at now: lostSince returns the notices
+// after a time (per zone) and the first one's time, servingAt the serving
+// count of the last step before a time, hadNotice whether a zone had a
+// notice in [from, to).
+func dipAt(now, t0 time.Time, cfg Config, serving int, insts []provider.Instance,
+	lostSince func(time.Time) (map[string]int, time.Time), servingAt func(time.Time) int,
+	hadNotice func(zone string, from, to time.Time) bool) Dip {
+	notice := cfg.Notice
+	if notice <= 0 {
+		notice = spotsim.DefaultNotice
+	}
+	d := Dip{At: now.Sub(t0), Serving: serving}
+	var first time.Time
+	d.Lost, first = lostSince(now.Add(-cfg.ColdStart - notice))
+	if first.IsZero() {
+		first = now
+	}
+	d.ServingBefore = servingAt(first)
+	for z := range d.Lost {
+		if hadNotice(z, first.Add(-time.Hour), first) {
+			d.Repeat = append(d.Repeat, z)
+		}
+	}
+	sort.Strings(d.Repeat)
+	for _, in := range insts {
+		if in.Market == provider.MarketOnDemand && now.Before(in.LaunchedAt.Add(cfg.ColdStart)) {
+			d.OnDemandStarting++
+		}
+	}
+	return d
 }
 
 // nextEvent returns the next time the pool's state or decision can change
@@ -345,8 +456,9 @@ func nextEvent(now, t0 time.Time, cfg Config, insts []provider.Instance, mem *pl
 	return next
 }
 
-// isReady: past its cold start and not under a notice (the engine drains
-// an instance with a notice at once, so it is no longer a target).
+// isReady: past its cold start and not under a notice (the older rule, an
+// instance with a notice drained at once; placement also counts it as
+// Leaving, so its replacement is launched at the notice).
 func isReady(in provider.Instance, now time.Time, coldStart time.Duration) bool {
 	return in.InterruptAt == nil && !now.Before(in.LaunchedAt.Add(coldStart))
 }

@@ -247,6 +247,20 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 		if pl.OnDemandBase < 0 {
 			errs = append(errs, field.Invalid(pp.Child("onDemandBase"), pl.OnDemandBase, "must be >= 0"))
 		}
+		if pl.MaxPerZone < 0 {
+			errs = append(errs, field.Invalid(pp.Child("maxPerZone"), pl.MaxPerZone, "must be >= 0 (0: no cap)"))
+		}
+		switch pl.CoverLoss {
+		case "", "Zone", "Region":
+		default:
+			errs = append(errs, field.NotSupported(pp.Child("coverLoss"), pl.CoverLoss, []string{"Zone", "Region"}))
+		}
+		if pl.CoverPreemptedOnly && pl.CoverLoss == "" {
+			errs = append(errs, field.Invalid(pp.Child("coverPreemptedOnly"), true, "needs spec.placement.coverLoss (Zone or Region)"))
+		}
+		if pl.PreemptedFor != nil && pl.PreemptedFor.Duration <= 0 {
+			errs = append(errs, field.Invalid(pp.Child("preemptedFor"), pl.PreemptedFor.Duration.String(), "must be a positive duration such as 1h"))
+		}
 		if len(pl.InstanceTypes) > 10 {
 			errs = append(errs, field.TooMany(pp.Child("instanceTypes"), len(pl.InstanceTypes), 10))
 		}

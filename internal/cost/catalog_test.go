@@ -23,6 +23,10 @@ func TestDefaultCatalogKnownFigures(t *testing.T) {
 		{"aws", "us-east-1", "g4dn.xlarge", "us-east-1a", provider.MarketOnDemand, 0.526, "USD"},
 		{"aws", "us-east-1", "p5.48xlarge", "", provider.MarketOnDemand, 55.04, "USD"},
 		{"aws", "us-east-1", "p3.2xlarge", "", provider.MarketSpot, 0.316025, "USD"},
+		// The zones of the SpotHedge traces (bench/spot): us-east-1, us-east-2, us-west-2.
+		{"aws", "us-east-2", "p3.2xlarge", "us-east-2a", provider.MarketSpot, 0.38785, "USD"},
+		{"aws", "us-east-2", "p3.2xlarge", "us-east-2b", provider.MarketOnDemand, 3.06, "USD"},
+		{"aws", "us-west-2", "p3.2xlarge", "us-west-2c", provider.MarketSpot, 1.012733, "USD"},
 		{"tencent", "ap-guangzhou", "GN7.2XLARGE32", "ap-guangzhou-3", provider.MarketOnDemand, 1.26, "USD"},
 		{"tencent", "ap-guangzhou", "GN10X.2XLARGE40", "", provider.MarketOnDemand, 2.68, "USD"},
 		{"local", "anywhere", "whatever", "", provider.MarketSpot, 0, "USD"},

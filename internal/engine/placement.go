@@ -17,7 +17,9 @@ func PolicyFor(spec *tidev1.TidePoolSpec) (placement.Policy, bool) {
 	}
 	fallback := pl.SpotFallback == nil || *pl.SpotFallback
 	return placement.Policy{Overprovision: int(pl.Overprovision), OnDemandBase: int(pl.OnDemandBase),
-		SpotFallback: fallback, EagerFallback: pl.EagerFallback && fallback, Zones: pl.AvailabilityZones}, true
+		SpotFallback: fallback, EagerFallback: pl.EagerFallback && fallback, Zones: pl.AvailabilityZones,
+		MaxPerZone: int(pl.MaxPerZone), SpreadRegions: pl.SpreadRegions,
+		CoverLoss: placement.Domain(pl.CoverLoss), CoverPreemptedOnly: pl.CoverPreemptedOnly}, true
 }
 
 // offeringsRefresh paces offering look-ups for placement.
@@ -38,6 +40,9 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	p.mu.Lock()
 	if p.capMem == nil {
 		p.capMem = placement.NewCapacityMemory(p.deps.clock, 0)
+	}
+	if d := spec.Placement.PreemptedFor; d != nil && d.Duration > 0 {
+		p.capMem.SetPreemptedTTL(d.Duration)
 	}
 	offers, at := p.offers, p.offersAt
 	p.mu.Unlock()

@@ -35,13 +35,17 @@
 // memory's PreemptedTTL (1 hour by default; SpotHedge's "active" zones as
 // opposed to its "preempted" ones) come first; then the one whose zone
 // holds the fewest of the pool's live spot instances (counting the
-// launches already decided); then the cheaper price; then the zone and
-// instance type in name order. A preempted zone is thus used again only
-// when no other zone can take the launch, or once its PreemptedTTL is
-// over. When no
-// spot offering is usable, the remaining spot launches are Unplaced (with a
-// note naming what was skipped and why); there is no on-demand substitute
-// for them except the fallback below, and none for the Overprovision part.
+// launches already decided); then the one whose region (RegionOf: zones of
+// one region often fail together) holds the fewest (with SpreadRegions
+// the region comes before the zone); then the cheaper
+// price; then the zone and instance type in name order. A preempted zone
+// is thus used again only when no other zone can take the launch, or once
+// its PreemptedTTL is over. With MaxPerZone set, an offering whose zone
+// already holds MaxPerZone of the pool's live spot (counting the launches
+// decided) is not usable either. When no spot offering is usable, the
+// remaining spot launches are Unplaced (with a note naming what was
+// skipped and why); there is no on-demand substitute for them except the
+// fallback and the cover below, and none for the Overprovision part.
 //
 // Fallback. Without SpotFallback the pool keeps exactly base on-demand
 // instances. With it, on-demand instances cover the part of N - base that
@@ -56,6 +60,21 @@
 // usable on-demand offering; ties go to the zone holding fewer of the pool's
 // live instances, then to name order.
 //
+// Cover for the loss of a failure domain. With CoverLoss (DomainZone or
+// DomainRegion) the pool also holds enough on-demand that losing all its
+// spot in any one domain leaves N. With worstLive the most live or placed
+// spot in one domain, and worstReady the most ready spot in one domain:
+//
+//	coverKeep   = base + max(0, (N-base) - (readySpot - worstReady))
+//	coverLaunch = base + max(0, (N-base) - (liveSpot + placed - worstLive))
+//
+// coverLaunch is coverKeep with EagerFallback. The pool launches on-demand
+// up to max(launchOD, coverLaunch) and keepOD becomes max(keepOD,
+// coverKeep). With CoverPreemptedOnly only the domains holding a live spot
+// instance whose offering is Preempted in the CapacityMemory count (a zone
+// that lost an instance within the PreemptedTTL is at risk; the others
+// are taken to survive). The cover needs no SpotFallback.
+//
 // Retirement, without a dip. On-demand instances beyond keepOD are retired;
 // since keepOD only falls when ready spot rises, an on-demand stand-in
 // leaves only after a spot instance that replaces it is Ready. Spot
@@ -66,8 +85,9 @@
 // without it, so a retirement never takes the pool below N ready.
 //
 // What it does not do: move running spot instances to rebalance zones (as
-// SpotHedge, it places replacements and new instances only), or predict
-// preemptions. The engine applies the decision: launches with their zone and
+// SpotHedge, it places replacements and new instances only; MaxPerZone
+// keeps a zone from filling up in the first place), or predict
+// preemptions beyond the CapacityMemory's preempted set. The engine applies the decision: launches with their zone and
 // market, drains before terminating retired ready instances, and records
 // every insufficient-capacity answer (CapacityMemory.Observe) and
 // interruption notice (CapacityMemory.RecordPreemption) in the

@@ -31,7 +31,43 @@ type Policy struct {
 	EagerFallback bool `json:"eagerFallback,omitempty"`
 	// Zones limits placement to these zones; empty means every zone offered.
 	Zones []string `json:"zones,omitempty"`
+	// MaxPerZone caps the pool's live spot instances in one zone (a zone
+	// is one failure domain: the traces lose a zone's instances together);
+	// 0 means no cap. Spot that no zone below the cap can take is
+	// Unplaced, and the fallback covers its part of N with on-demand.
+	MaxPerZone int `json:"maxPerZone,omitempty"`
+	// CoverLoss keeps enough on-demand that the loss of all the pool's
+	// spot in any one failure domain (DomainZone or DomainRegion) leaves N:
+	// on-demand covers N minus the spot outside the domain holding the
+	// most, while spot cannot be spread that far (few zones have capacity,
+	// or MaxPerZone is reached everywhere). It is launched like the
+	// fallback (at once with EagerFallback, else once the spot is placed)
+	// and retired like it, once ready spot outside the largest domain
+	// covers N. Empty: no cover.
+	CoverLoss Domain `json:"coverLoss,omitempty"`
+	// CoverPreemptedOnly narrows CoverLoss to the domains at risk: those
+	// holding a live spot instance whose offering lost an instance to a
+	// preemption within the CapacityMemory's PreemptedTTL (SpotHedge's
+	// "preempted" zones). Spot elsewhere is taken to survive.
+	CoverPreemptedOnly bool `json:"coverPreemptedOnly,omitempty"`
+	// SpreadRegions ranks the region holding the fewest of the pool's spot
+	// before the zone holding the fewest (zones of one region often fail
+	// together). Without it the zone comes first and the region only breaks
+	// ties. Best with MaxPerZone: without a cap it can fill the one zone a
+	// region has capacity in.
+	SpreadRegions bool `json:"spreadRegions,omitempty"`
 }
+
+// Domain is a failure domain: instances in one fail together.
+type Domain string
+
+// Failure domains.
+const (
+	// DomainZone: an availability zone.
+	DomainZone Domain = "Zone"
+	// DomainRegion: all the zones of a region (RegionOf).
+	DomainRegion Domain = "Region"
+)
 
 // ErrInvalidPolicy is wrapped by Policy.Validate's errors.
 var ErrInvalidPolicy = errors.New("invalid placement policy")
@@ -41,6 +77,15 @@ func (p Policy) Validate() error {
 	var errs []error
 	if p.Overprovision < 0 {
 		errs = append(errs, fmt.Errorf("%w: overprovision %d: want 0 or more", ErrInvalidPolicy, p.Overprovision))
+	}
+	if p.CoverLoss != "" && p.CoverLoss != DomainZone && p.CoverLoss != DomainRegion {
+		errs = append(errs, fmt.Errorf("%w: coverLoss %q: want %q, %q or empty", ErrInvalidPolicy, p.CoverLoss, DomainZone, DomainRegion))
+	}
+	if p.CoverPreemptedOnly && p.CoverLoss == "" {
+		errs = append(errs, fmt.Errorf("%w: coverPreemptedOnly needs coverLoss", ErrInvalidPolicy))
+	}
+	if p.MaxPerZone < 0 {
+		errs = append(errs, fmt.Errorf("%w: maxPerZone %d: want 0 (no cap) or more", ErrInvalidPolicy, p.MaxPerZone))
 	}
 	if p.OnDemandBase < 0 {
 		errs = append(errs, fmt.Errorf("%w: onDemandBase %d: want 0 or more", ErrInvalidPolicy, p.OnDemandBase))
@@ -122,11 +167,13 @@ type Decision struct {
 type counts struct {
 	spotLive, spotReady, odLive, odReady int
 	spotByZone                           map[string]int // live spot per zone
+	spotReadyByZone                      map[string]int // ready spot per zone
+	spotByRegion                         map[string]int // live spot per region
 	allByZone                            map[string]int // live instances per zone
 }
 
 func count(insts []Instance) counts {
-	c := counts{spotByZone: map[string]int{}, allByZone: map[string]int{}}
+	c := counts{spotByZone: map[string]int{}, spotReadyByZone: map[string]int{}, spotByRegion: map[string]int{}, allByZone: map[string]int{}}
 	for _, in := range insts {
 		if in.Leaving {
 			continue
@@ -141,8 +188,10 @@ func count(insts []Instance) counts {
 		}
 		c.spotLive++
 		c.spotByZone[in.Zone]++
+		c.spotByRegion[RegionOf(in.Zone)]++
 		if in.Ready {
 			c.spotReady++
+			c.spotReadyByZone[in.Zone]++
 		}
 	}
 	return c
@@ -172,14 +221,19 @@ func (p Policy) Decide(in Input) Decision {
 	// Spot launches, spread over zones.
 	placed := 0
 	for i := c.spotLive; i < spotTarget; i++ {
-		o, ok := pickSpot(spotOffers, c.spotByZone, preempted)
+		o, ok := pickSpot(spotOffers, c.spotByZone, c.spotByRegion, preempted, p.MaxPerZone, p.SpreadRegions)
 		if !ok {
 			d.Unplaced = spotTarget - i
-			d.Notes = append(d.Notes, fmt.Sprintf("%d spot launches not placed: no usable spot offering", d.Unplaced))
+			why := "no usable spot offering"
+			if p.MaxPerZone > 0 && len(spotOffers) > 0 {
+				why = fmt.Sprintf("no usable spot offering in a zone holding fewer than maxPerZone %d", p.MaxPerZone)
+			}
+			d.Notes = append(d.Notes, fmt.Sprintf("%d spot launches not placed: %s", d.Unplaced, why))
 			break
 		}
 		held := c.spotByZone[o.Zone]
 		c.spotByZone[o.Zone]++
+		c.spotByRegion[RegionOf(o.Zone)]++
 		c.allByZone[o.Zone]++
 		placed++
 		recent := ""
@@ -190,7 +244,7 @@ func (p Policy) Decide(in Input) Decision {
 			i+1, spotTarget, n, base, max(0, p.Overprovision), o.Zone, held, recent, priceText(o))))
 	}
 
-	// On-demand: base, plus the fallback.
+	// On-demand: base, plus the fallback and the zone-loss cover.
 	keep, launchTo := base, base
 	if p.SpotFallback {
 		keep += max(0, (n-base)-c.spotReady)
@@ -199,6 +253,28 @@ func (p Policy) Decide(in Input) Decision {
 		} else {
 			launchTo += max(0, (n-base)-(c.spotLive+placed))
 		}
+	}
+	domain := func(zone string) string { return zone }
+	if p.CoverLoss == DomainRegion {
+		domain = RegionOf
+	}
+	var atRisk map[string]bool // nil: every domain
+	if p.CoverPreemptedOnly {
+		atRisk = map[string]bool{}
+		for _, x := range in.Instances {
+			if !x.Leaving && x.Market != provider.MarketOnDemand && in.Memory.Preempted(Key{x.Zone, x.InstanceType, x.Market}) {
+				atRisk[domain(x.Zone)] = true
+			}
+		}
+	}
+	worstLive, worstReady := c.worst(domain, atRisk, false), c.worst(domain, atRisk, true)
+	if p.CoverLoss != "" && n > base {
+		coverKeep := base + max(0, (n-base)-(c.spotReady-worstReady))
+		coverLaunch := base + max(0, (n-base)-(c.spotLive+placed-worstLive))
+		if p.EagerFallback {
+			coverLaunch = coverKeep
+		}
+		keep, launchTo = max(keep, coverKeep), max(launchTo, coverLaunch)
 	}
 	d.OnDemandTarget = keep
 	for i := c.odLive; i < launchTo; i++ {
@@ -209,7 +285,11 @@ func (p Policy) Decide(in Input) Decision {
 		}
 		c.allByZone[o.Zone]++
 		why := fmt.Sprintf("on-demand base %d of %d", i+1, base)
-		if i >= base {
+		switch {
+		case i >= base && p.CoverLoss != "" && (!p.SpotFallback || i >= base+max(0, (n-base)-(c.spotLive+placed))):
+			why = fmt.Sprintf("cover for a %s loss %d of %d: %d spot live or placed, %d of them in one %s", strings.ToLower(string(p.CoverLoss)),
+				i+1-base, launchTo-base, c.spotLive+placed, worstLive, strings.ToLower(string(p.CoverLoss)))
+		case i >= base:
 			why = fmt.Sprintf("on-demand fallback %d of %d: %d of %d spot ready, %d live or placed",
 				i+1-base, launchTo-base, c.spotReady, n-base, c.spotLive+placed)
 		}
@@ -289,12 +369,17 @@ func (p Policy) usable(offers []provider.Offering, mem *CapacityMemory) (spot, o
 	return spot, od, notes
 }
 
-// pickSpot: an offering without a recent preemption, then the zone holding
-// the fewest of the pool's spot, then the cheapest, then name order (offers
-// are sorted by key).
-func pickSpot(offers []provider.Offering, byZone map[string]int, preempted map[Key]bool) (provider.Offering, bool) {
+// pickSpot: among offerings in zones holding fewer than maxPerZone (when
+// set), one without a recent preemption, then the zone holding the fewest of
+// the pool's spot, then the region holding the fewest (the region first
+// with regionsFirst), then the cheapest, then name order (offers are sorted
+// by key).
+func pickSpot(offers []provider.Offering, byZone, byRegion map[string]int, preempted map[Key]bool, maxPerZone int, regionsFirst bool) (provider.Offering, bool) {
 	best := -1
 	for i, o := range offers {
+		if maxPerZone > 0 && byZone[o.Zone] >= maxPerZone {
+			continue
+		}
 		if best < 0 {
 			best = i
 			continue
@@ -306,8 +391,19 @@ func pickSpot(offers []provider.Offering, byZone map[string]int, preempted map[K
 			}
 			continue
 		}
-		if h, hb := byZone[o.Zone], byZone[b.Zone]; h != hb {
-			if h < hb {
+		zo, zb := byZone[o.Zone], byZone[b.Zone]
+		ro, rb := byRegion[RegionOf(o.Zone)], byRegion[RegionOf(b.Zone)]
+		if regionsFirst {
+			zo, zb, ro, rb = ro, rb, zo, zb
+		}
+		if zo != zb {
+			if zo < zb {
+				best = i
+			}
+			continue
+		}
+		if ro != rb {
+			if ro < rb {
 				best = i
 			}
 			continue
@@ -346,6 +442,41 @@ func pickOnDemand(offers []provider.Offering, byZone map[string]int) (provider.O
 		return provider.Offering{}, false
 	}
 	return offers[best], true
+}
+
+// worst returns the most live (or ready) spot instances in one domain
+// (domain maps a zone to it), among the domains in atRisk when it is not
+// nil.
+func (c counts) worst(domain func(string) string, atRisk map[string]bool, ready bool) int {
+	m := c.spotByZone
+	if ready {
+		m = c.spotReadyByZone
+	}
+	per := map[string]int{}
+	v := 0
+	for z, n := range m {
+		d := domain(z)
+		if atRisk != nil && !atRisk[d] {
+			continue
+		}
+		per[d] += n
+		v = max(v, per[d])
+	}
+	return v
+}
+
+// RegionOf returns the region of a zone name, the failure domain above the
+// zone: an AWS zone without its trailing letters (us-east-1f → us-east-1),
+// a Tencent zone without its trailing "-number" (ap-guangzhou-3 →
+// ap-guangzhou). Any other name is its own region.
+func RegionOf(zone string) string {
+	if r := strings.TrimRight(zone, "abcdefghijklmnopqrstuvwxyz"); r != zone && r != "" && strings.ContainsAny(r[len(r)-1:], "0123456789") {
+		return r
+	}
+	if i := strings.LastIndexByte(zone, '-'); i > 0 && i < len(zone)-1 && strings.Trim(zone[i+1:], "0123456789") == "" {
+		return zone[:i]
+	}
+	return zone
 }
 
 // price treats an unknown price (0) as dearer than any known one, so that

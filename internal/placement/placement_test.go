@@ -80,6 +80,9 @@ func TestDecide(t *testing.T) {
 		}
 	}
 	unknownPrice := offers(map[string]float64{"a": 0, "b": 2.0})
+	preemptedA, preemptedB := NewCapacityMemory(clk, time.Minute), NewCapacityMemory(clk, time.Minute)
+	preemptedA.RecordPreemption(Key{"a", itype, provider.MarketSpot})
+	preemptedB.RecordPreemption(Key{"b", itype, provider.MarketSpot})
 
 	tests := []struct {
 		name     string
@@ -119,6 +122,70 @@ func TestDecide(t *testing.T) {
 			name: "base >= N runs all on-demand, spread over zones at equal price", policy: Policy{OnDemandBase: 9},
 			want: 4, offers: offers(threeZones),
 			launches: []string{"on-demand@a", "on-demand@b", "on-demand@c", "on-demand@a"}, spotT: 0, odT: 4,
+		},
+		{
+			name: "maxPerZone caps each zone; the fallback covers the unplaced part of N", policy: Policy{SpotFallback: true, MaxPerZone: 1},
+			want: 4, offers: offers(threeZones),
+			launches: []string{"spot@b", "spot@c", "spot@a", "on-demand@a"}, unplaced: 1, spotT: 4, odT: 4,
+		},
+		{
+			name: "among zones holding equally few, the region holding fewer wins over price", want: 2,
+			insts:    []Instance{spot("1", "us-east-1a", true)},
+			offers:   offers(map[string]float64{"us-east-1a": 0.3, "us-east-1b": 0.3, "us-west-2a": 1.0}),
+			launches: []string{"spot@us-west-2a"}, spotT: 2,
+		},
+		{
+			name: "SpreadRegions ranks the region before the zone", policy: Policy{SpreadRegions: true}, want: 4,
+			insts:    []Instance{spot("1", "us-east-1a", true), spot("2", "us-east-1b", true), spot("3", "us-west-2a", true)},
+			offers:   offers(map[string]float64{"us-east-1a": 0.3, "us-east-1b": 0.3, "us-east-1c": 0.3, "us-west-2a": 1.0}),
+			launches: []string{"spot@us-west-2a"}, spotT: 4,
+		},
+		{
+			name: "without SpreadRegions the zone holding fewer wins", want: 4,
+			insts:    []Instance{spot("1", "us-east-1a", true), spot("2", "us-east-1b", true), spot("3", "us-west-2a", true)},
+			offers:   offers(map[string]float64{"us-east-1a": 0.3, "us-east-1b": 0.3, "us-east-1c": 0.3, "us-west-2a": 1.0}),
+			launches: []string{"spot@us-east-1c"}, spotT: 4,
+		},
+		{
+			name: "zone-loss cover: all spot in one zone, on-demand covers N", policy: Policy{SpotFallback: true, CoverLoss: DomainZone},
+			want: 2, insts: []Instance{spot("1", "b", true), spot("2", "b", true)}, offers: offers(threeZones),
+			launches: []string{"on-demand@a", "on-demand@c"}, spotT: 2, odT: 2,
+		},
+		{
+			name: "zone-loss cover: spot spread so that any zone may go, no cover", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainZone},
+			want: 2, insts: []Instance{spot("1", "a", true), spot("2", "b", true), spot("3", "c", true)}, offers: offers(threeZones),
+			spotT: 3,
+		},
+		{
+			name: "zone-loss cover retires its on-demand once spot outside the largest zone is ready", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainZone},
+			want: 2, insts: []Instance{spot("1", "a", true), spot("2", "b", true), spot("3", "c", true), od("9", "a", true)}, offers: offers(threeZones),
+			retires: []string{"9"}, spotT: 3,
+		},
+		{
+			name: "zone-loss cover, lazy: a starting spot instance counts", policy: Policy{SpotFallback: true, CoverLoss: DomainZone},
+			want: 2, insts: []Instance{spot("1", "b", true), spot("2", "c", false)}, offers: offers(threeZones),
+			launches: []string{"on-demand@a"}, spotT: 2, odT: 2,
+		},
+		{
+			name: "zone-loss cover, eager: only ready spot counts", policy: Policy{SpotFallback: true, EagerFallback: true, CoverLoss: DomainZone},
+			want: 2, insts: []Instance{spot("1", "b", true), spot("2", "c", false)}, offers: offers(threeZones),
+			launches: []string{"on-demand@a", "on-demand@a"}, spotT: 2, odT: 2,
+		},
+		{
+			name: "region-loss cover counts a region's zones together", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainRegion},
+			want: 2, insts: []Instance{spot("1", "us-east-1a", true), spot("2", "us-east-1b", true), spot("3", "us-west-2a", true)},
+			offers:   offers(map[string]float64{"us-east-1a": 0.3, "us-east-1b": 0.3, "us-west-2a": 1.0}),
+			launches: []string{"on-demand@us-east-1a"}, spotT: 3, odT: 1,
+		},
+		{
+			name: "cover of preempted zones only: the crowded zone was not preempted", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainZone, CoverPreemptedOnly: true},
+			want: 2, insts: []Instance{spot("1", "a", true), spot("2", "a", true), spot("3", "b", true)}, offers: offers(threeZones), mem: preemptedB,
+			spotT: 3,
+		},
+		{
+			name: "cover of preempted zones only: the crowded zone was preempted", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainZone, CoverPreemptedOnly: true},
+			want: 2, insts: []Instance{spot("1", "a", true), spot("2", "a", true), spot("3", "b", true)}, offers: offers(threeZones), mem: preemptedA,
+			launches: []string{"on-demand@c"}, spotT: 3, odT: 1,
 		},
 		{
 			name: "an offering in the capacity memory is skipped", want: 3,
@@ -384,6 +451,10 @@ func TestValidate(t *testing.T) {
 		{"negative base", Policy{OnDemandBase: -2}, "onDemandBase -2"},
 		{"eager without fallback", Policy{EagerFallback: true}, "eagerFallback needs spotFallback"},
 		{"empty zone", Policy{Zones: []string{""}}, "empty zone name"},
+		{"negative maxPerZone", Policy{MaxPerZone: -1}, "maxPerZone -1"},
+		{"unknown cover domain", Policy{CoverLoss: "Rack"}, `coverLoss "Rack"`},
+		{"preempted-only cover without a domain", Policy{CoverPreemptedOnly: true}, "coverPreemptedOnly needs coverLoss"},
+		{"cover domains", Policy{CoverLoss: DomainRegion, CoverPreemptedOnly: true, MaxPerZone: 2}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -480,5 +551,21 @@ func TestCapacityMemory(t *testing.T) {
 	}
 	if NewCapacityMemory(nil, 0).TTL() != DefaultCapacityTTL {
 		t.Error("default TTL")
+	}
+}
+
+func TestRegionOf(t *testing.T) {
+	for _, tc := range []struct{ zone, want string }{
+		{"us-east-1f", "us-east-1"},
+		{"us-west-2c", "us-west-2"},
+		{"ap-guangzhou-3", "ap-guangzhou"},
+		{"ap-shanghai-10", "ap-shanghai"},
+		{"a", "a"},
+		{"zone-a", "zone-a"},
+		{"", ""},
+	} {
+		if got := RegionOf(tc.zone); got != tc.want {
+			t.Errorf("RegionOf(%q) = %q, want %q", tc.zone, got, tc.want)
+		}
 	}
 }

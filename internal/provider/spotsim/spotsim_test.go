@@ -440,7 +440,7 @@ func TestLatency(t *testing.T) {
 }
 
 func TestOfferings(t *testing.T) {
-	tr := mkTrace(t, map[string][]int{"us-east-1f": {1}, "us-east-2a": {0}, "us-west-2c": {2}})
+	tr := mkTrace(t, map[string][]int{"us-east-1f": {1}, "eu-west-1a": {0}, "us-west-2c": {2}})
 	find := func(offs []provider.Offering, zone string, m provider.Market) provider.Offering {
 		for _, o := range offs {
 			if o.Zone == zone && o.Market == m {
@@ -468,10 +468,10 @@ func TestOfferings(t *testing.T) {
 		{"us-east-1f", provider.MarketSpot, 0.316025, provider.PriceCatalog},
 		{"us-east-1f", provider.MarketOnDemand, 3.06, provider.PriceCatalog},
 		{"us-west-2c", provider.MarketSpot, 1.012733, provider.PriceCatalog},
-		// us-east-2 is not in the catalog: us-east-1's on-demand price
+		// eu-west-1 is not in the catalog: us-east-1's on-demand price
 		// stands in, and spot falls back to it, labelled.
-		{"us-east-2a", provider.MarketOnDemand, 3.06, provider.PriceCatalog},
-		{"us-east-2a", provider.MarketSpot, 3.06, provider.PriceFallback},
+		{"eu-west-1a", provider.MarketOnDemand, 3.06, provider.PriceCatalog},
+		{"eu-west-1a", provider.MarketSpot, 3.06, provider.PriceFallback},
 	}
 	for _, tc := range tests {
 		o := find(offs, tc.zone, tc.market)
@@ -479,28 +479,28 @@ func TestOfferings(t *testing.T) {
 			t.Errorf("%s %s = %+v, want %v (%s)", tc.zone, tc.market, o, tc.price, tc.source)
 		}
 	}
-	if n := p.PriceNote("us-east-2a", "", provider.MarketSpot); !strings.Contains(n, "no spot price") {
+	if n := p.PriceNote("eu-west-1a", "", provider.MarketSpot); !strings.Contains(n, "no spot price") {
 		t.Errorf("price note %q", n)
 	}
 	// Without RevealCapacity a zone at zero is offered (a cloud does not
 	// say); with it, it is not.
-	if !find(offs, "us-east-2a", provider.MarketSpot).Available {
-		t.Error("us-east-2a spot unavailable without a refusal")
+	if !find(offs, "eu-west-1a", provider.MarketSpot).Available {
+		t.Error("eu-west-1a spot unavailable without a refusal")
 	}
 	r, _ := newSim(t, Options{Trace: tr, RevealCapacity: true})
 	mustLaunch(t, r, "pool", "us-east-1f", provider.MarketSpot)
 	offs, _ = r.Offerings(context.Background(), nil)
-	if find(offs, "us-east-2a", provider.MarketSpot).Available || find(offs, "us-east-1f", provider.MarketSpot).Available ||
-		!find(offs, "us-west-2c", provider.MarketSpot).Available || !find(offs, "us-east-2a", provider.MarketOnDemand).Available {
+	if find(offs, "eu-west-1a", provider.MarketSpot).Available || find(offs, "us-east-1f", provider.MarketSpot).Available ||
+		!find(offs, "us-west-2c", provider.MarketSpot).Available || !find(offs, "eu-west-1a", provider.MarketOnDemand).Available {
 		t.Errorf("reveal capacity: %+v", offs)
 	}
 	// A per-zone table overrides; the spec's zone and type narrow the list.
-	o, _ := newSim(t, Options{Trace: tr, Prices: map[string]ZonePrices{"us-east-2a": {Spot: 1.285}}})
-	offs, err = o.Offerings(context.Background(), &tidev1.TidePoolSpec{AvailabilityZone: "us-east-2a"})
+	o, _ := newSim(t, Options{Trace: tr, Prices: map[string]ZonePrices{"eu-west-1a": {Spot: 1.285}}})
+	offs, err = o.Offerings(context.Background(), &tidev1.TidePoolSpec{AvailabilityZone: "eu-west-1a"})
 	if err != nil || len(offs) != 2 {
 		t.Fatalf("offerings in one zone: %v %v", offs, err)
 	}
-	if s := find(offs, "us-east-2a", provider.MarketSpot); s.PricePerHour != 1.285 || s.PriceSource != provider.PriceOverride {
+	if s := find(offs, "eu-west-1a", provider.MarketSpot); s.PricePerHour != 1.285 || s.PriceSource != provider.PriceOverride {
 		t.Errorf("override: %+v", s)
 	}
 	offs, _ = o.Offerings(context.Background(), &tidev1.TidePoolSpec{InstanceType: "nosuch.type"})
