@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -150,10 +151,25 @@ type hybridVariant struct {
 	panicPct    int32
 	predictive  bool
 	floor       int32 // minReplicas; 0 means 1
+	// burst, when set, adds the burst recommender (see burstVariant).
+	burst *burstVariant
+}
+
+// burstVariant configures the burst recommender of a hybrid: the
+// load-weighted quantile of the per-minute qps over a trailing window,
+// provisioned at target req/s per instance.
+type burstVariant struct {
+	quantile string // e.g. "0.99"
+	window   time.Duration
+	target   float64
 }
 
 func hybrid(v hybridVariant, target float64) policy {
-	return policy{family: "hybrid: " + v.name, label: fmt.Sprintf("target %.2f", target), target: target, build: func() (Scaler, error) {
+	label := fmt.Sprintf("target %.2f", target)
+	if v.burst != nil {
+		label = fmt.Sprintf("burst target %.2f, reactive target %.2f", v.burst.target, target)
+	}
+	return policy{family: "hybrid: " + v.name, label: label, target: target, build: func() (Scaler, error) {
 		cfg := autoscale.Config{
 			MinReplicas: max(v.floor, 1), MaxReplicas: benchMax, Metrics: v.metric.spec(target),
 			Panic: &autoscale.PanicSpec{ThresholdPercent: &v.panicPct},
@@ -168,6 +184,11 @@ func hybrid(v hybridVariant, target float64) policy {
 				Season: autoscale.SeasonDaily, Aggregation: v.agg, History: &v.history, HeadroomPercent: &v.headroomPct,
 			}
 		}
+		if b := v.burst; b != nil {
+			bt := resource.MustParse(fmt.Sprintf("%dm", int64(math.Round(b.target*1000))))
+			q := resource.MustParse(b.quantile)
+			cfg.Burst = &autoscale.BurstSpec{Metric: string(v.metric), Target: &bt, Quantile: &q, Window: &metav1.Duration{Duration: b.window}}
+		}
 		return newAutoscalerScaler(cfg, v.metric, true)
 	}}
 }
@@ -176,7 +197,9 @@ func fixed(n int32) policy {
 	return policy{family: "fixed pool", label: fmt.Sprintf("%d instances", n), build: func() (Scaler, error) { return fixedScaler(n), nil }}
 }
 
-func runAll(t *testing.T, rates []float64, ps []policy) []outcome {
+// runAll simulates every policy over scored trace days [first,
+// first+days), after benchWarmDays of warm-up, on two workers.
+func runAll(t *testing.T, rates []float64, ps []policy, first, days int) []outcome {
 	out := make([]outcome, len(ps))
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -191,8 +214,8 @@ func runAll(t *testing.T, rates []float64, ps []policy) []outcome {
 					continue
 				}
 				out[i] = outcome{ps[i], Simulate(Run{
-					Rates: rates, From: (benchFirstDay - benchWarmDays) * 1440, To: (benchFirstDay + benchScoreDays) * 1440,
-					ScoreFrom: benchFirstDay * 1440, Start: benchStart, Sync: benchSync, Initial: 2,
+					Rates: rates, From: (first - benchWarmDays) * 1440, To: (first + days) * 1440,
+					ScoreFrom: first * 1440, Start: benchStart, Sync: benchSync, Initial: 2,
 					Model: benchModel, Scaler: sc,
 				})}
 			}
@@ -286,8 +309,45 @@ func TestMAF(t *testing.T) {
 			}, tg))
 		}
 	}
+	// The burst recommender (standing capacity for the bursts of the last
+	// hours) under the hybrid; the sweep is over its per-instance target
+	// (an instance serves 2 req/s at full batch).
+	// The burst recommender (standing capacity for the bursts of the last
+	// hours) in the hybrid: reactive qps + panic + predictive profile +
+	// burst. The sweep is over the burst target (req/s per instance; an
+	// instance serves 2 req/s at full batch).
+	type burstFamily struct {
+		q       string
+		window  time.Duration
+		profile autoscale.Aggregation // "" for no predictive profile
+		react   float64               // reactive qps target per instance
+		down    int32                 // scale-down stabilisation, seconds
+		targets []float64             // burst targets (req/s per instance)
+	}
+	for _, bf := range []burstFamily{
+		{"0.99", 8 * time.Hour, autoscale.AggregateEWMA, 1.6, 300, []float64{2.0, 2.1, 2.2, 2.3, 2.4}},
+		{"0.98", 8 * time.Hour, autoscale.AggregateEWMA, 1.6, 300, []float64{2.0, 2.1, 2.2}},
+		{"0.99", 8 * time.Hour, "", 1.6, 300, []float64{2.2, 2.3}},
+		{"0.99", 8 * time.Hour, autoscale.AggregateEWMA, 2.0, 300, []float64{2.2}},
+		{"0.99", 8 * time.Hour, autoscale.AggregateEWMA, 1.0, 900, []float64{2.2}},
+		{"0.99", 8 * time.Hour, autoscale.AggregateEWMA, 1.6, 60, []float64{2.2}},
+		{"0.99", 8 * time.Hour, autoscale.AggregateEWMA, 1.6, 900, []float64{2.2}},
+		{"0.99", 8 * time.Hour, autoscale.AggregateMax, 1.6, 300, []float64{2.2}},
+		{"0.99", 4 * time.Hour, autoscale.AggregateEWMA, 1.6, 300, []float64{2.2}},
+		{"0.99", 12 * time.Hour, autoscale.AggregateEWMA, 1.6, 300, []float64{2.2}},
+		{"0.99", 24 * time.Hour, autoscale.AggregateEWMA, 1.6, 300, []float64{2.2}},
+	} {
+		for _, bt := range bf.targets {
+			ps = append(ps, hybrid(burstHybrid(bf.q, bf.window, bf.profile, bf.react, bf.down, bt), bf.react))
+		}
+	}
+	// TIDEGPU_MAF_ONLY=substring runs only the policies whose family
+	// contains it (for quick iterations; the table needs the full run).
+	if only := os.Getenv("TIDEGPU_MAF_ONLY"); only != "" {
+		ps = slices.DeleteFunc(ps, func(p policy) bool { return !strings.Contains(p.family, only) })
+	}
 	start := time.Now()
-	outs := runAll(t, rates, ps)
+	outs := runAll(t, rates, ps, benchFirstDay, benchScoreDays)
 	t.Logf("%d simulations in %s", len(outs), time.Since(start).Round(time.Second))
 
 	sort.SliceStable(outs, func(i, j int) bool { return outs[i].family < outs[j].family })
@@ -325,5 +385,41 @@ func TestMAF(t *testing.T) {
 	t.Log(s.String())
 	if !ok {
 		t.Logf("no HPA-default target reached %.0f %%", benchGoal*100)
+	}
+
+	// Hold-out: the settings chosen above on days 14-27, replayed on the
+	// trace's remaining whole days (same transform, same warm-up length).
+	hoFirst, hoDays := benchFirstDay+benchScoreDays, len(trace)/1440-(benchFirstDay+benchScoreDays)
+	if hoDays < 1 || os.Getenv("TIDEGPU_MAF_ONLY") != "" {
+		return
+	}
+	hold := []policy{fixed(12), hpaDefault(byConcurrency, 1), hpaDefault(byQPS, 0.4)}
+	for _, bt := range []float64{2.2, 2.3} {
+		hold = append(hold, hybrid(burstHybrid("0.99", 8*time.Hour, autoscale.AggregateEWMA, 1.6, 300, bt), 1.6))
+	}
+	hold = append(hold, hybrid(burstHybrid("0.98", 8*time.Hour, autoscale.AggregateEWMA, 1.6, 300, 2.2), 1.6))
+	hos := runAll(t, rates, hold, hoFirst, hoDays)
+	var h strings.Builder
+	fmt.Fprintf(&h, "\nhold-out: trace days %d-%d (%d days), settings chosen on days %d-%d:\n| policy | setting | SLO attainment | instance-hours | vs %s %s |\n|---|---|---|---|---|\n",
+		hoFirst, hoFirst+hoDays-1, hoDays, benchFirstDay, benchFirstDay+benchScoreDays-1, hos[1].family, hos[1].label)
+	for _, o := range hos {
+		fmt.Fprintf(&h, "| %s | %s | %.3f %% | %.1f | %+.1f %% |\n", o.family, o.label, 100*o.res.Attainment(), o.res.InstanceHours(), 100*(o.res.InstanceHours()/hos[1].res.InstanceHours()-1))
+	}
+	t.Log(h.String())
+}
+
+// burstHybrid is the hybrid with the burst recommender: reactive qps at
+// react req/s per instance, panic mode, the predictive daily profile
+// (profile "" for none), down s of scale-down stabilisation, and the burst
+// floor at quantile q of the per-minute qps over window, target req/s per
+// instance.
+func burstHybrid(q string, window time.Duration, profile autoscale.Aggregation, react float64, down int32, target float64) hybridVariant {
+	name := fmt.Sprintf("burst q %s / %s + qps reactive %.1f, panic, %d s down", q, strings.TrimSuffix(window.String(), "0m0s"), react, down)
+	if profile != "" {
+		name += fmt.Sprintf(", %s(7 d) profile", profile)
+	}
+	return hybridVariant{
+		name: name, metric: byQPS, predictive: profile != "", agg: profile, history: 7, downWindow: down, panicPct: 200,
+		burst: &burstVariant{quantile: q, window: window, target: target},
 	}
 }

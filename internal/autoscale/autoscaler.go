@@ -46,9 +46,12 @@ const (
 	SourceReactive   Source = "reactive"
 	SourcePanic      Source = "panic"
 	SourcePredictive Source = "predictive"
-	SourceSchedule   Source = "schedule"
-	SourceMin        Source = "minReplicas"
-	SourceMax        Source = "maxReplicas"
+	// SourceBurst: the burst recommender's floor (standing capacity for
+	// the bursts of the trailing window).
+	SourceBurst    Source = "burst"
+	SourceSchedule Source = "schedule"
+	SourceMin      Source = "minReplicas"
+	SourceMax      Source = "maxReplicas"
 	// SourceHold: no recommender could say anything (metrics missing) and
 	// the size is kept.
 	SourceHold Source = "hold"
@@ -57,7 +60,8 @@ const (
 // Proposal is what one recommender said at one evaluation.
 type Proposal struct {
 	Source Source `json:"source"`
-	// Name is the metric (reactive, panic, predictive) or schedule name.
+	// Name is the metric (reactive, panic, predictive, burst) or schedule
+	// name.
 	Name string `json:"name,omitempty"`
 	// Value is the observed or forecast value behind the proposal.
 	Value float64 `json:"value,omitempty"`
@@ -121,6 +125,8 @@ type State struct {
 	Profile *Profile `json:"profile,omitempty"`
 	// ProfileFedUntil is the newest observation folded into Profile.
 	ProfileFedUntil time.Time `json:"profileFedUntil,omitzero"`
+	// Burst is the burst recommender's window of bucket loads.
+	Burst *BurstState `json:"burst,omitempty"`
 }
 
 // ErrStateVersion is returned by Restore for a State of another version.
@@ -134,6 +140,10 @@ type Autoscaler struct {
 
 	mu sync.Mutex
 	st State
+	// burstQ caches the burst window's quantile; burstCached says it is
+	// up to date with st.Burst.
+	burstQ      float64
+	burstCached bool
 }
 
 // New validates cfg (every error names its field; see FieldError) and
@@ -156,6 +166,9 @@ func (a *Autoscaler) emptyState() State {
 	if p := a.cfg.pred; p != nil {
 		st.Profile = &Profile{Season: p.season, SlotSeconds: int64(p.slot / time.Second), Slots: map[int][]SeasonPeak{}}
 	}
+	if b := a.cfg.burst; b != nil {
+		st.Burst = b.emptyState()
+	}
 	return st
 }
 
@@ -168,7 +181,8 @@ func (a *Autoscaler) State() State {
 
 // Restore replaces the autoscaler's memory with s (from State, possibly of
 // an earlier process). A profile learned under another season or slot
-// length is discarded; samples of metrics no longer configured are dropped.
+// length, and a burst window kept under another bucket length, are
+// discarded; samples of metrics no longer configured are dropped.
 func (a *Autoscaler) Restore(s State) error {
 	if s.Version != StateVersion {
 		return fmt.Errorf("%w %d (want %d)", ErrStateVersion, s.Version, StateVersion)
@@ -190,8 +204,12 @@ func (a *Autoscaler) Restore(s State) error {
 	} else if st.Profile.Slots == nil {
 		st.Profile.Slots = map[int][]SeasonPeak{}
 	}
+	if fresh.Burst == nil || st.Burst == nil || st.Burst.BucketSeconds != fresh.Burst.BucketSeconds {
+		st.Burst = fresh.Burst
+	}
 	a.mu.Lock()
 	a.st = st
+	a.burstCached = false
 	a.mu.Unlock()
 	return nil
 }
@@ -220,6 +238,11 @@ func copyState(s State) State {
 			}
 		}
 		out.Profile = &p
+	}
+	if s.Burst != nil {
+		b := *s.Burst
+		b.Buckets = slices.Clone(s.Burst.Buckets)
+		out.Burst = &b
 	}
 	return out
 }
@@ -317,6 +340,7 @@ func (a *Autoscaler) Recommend(in Input) Decision {
 
 	react := a.reactive(cur, ready, obs, now, &d)
 	pred := a.predict(obs, now, &d)
+	bst := a.recommendBurst(in.Metrics, now, &d)
 	pn := a.updatePanic(ready, now, &d)
 
 	switch {
@@ -333,7 +357,7 @@ func (a *Autoscaler) Recommend(in Input) Decision {
 			d.Reason = fmt.Sprintf("%s (%d < %d)", reasonBelowMin, cur, effMin)
 		}
 	default:
-		a.normalize(cur, effMin, schedName, react, pred, &d, now)
+		a.normalize(cur, effMin, schedName, react, pred, bst, &d, now)
 	}
 
 	// Panic mode: straight to the panic need, never below the current size.
@@ -545,14 +569,14 @@ func (a *Autoscaler) updatePanic(ready int32, now time.Time, d *Decision) panicR
 }
 
 // normalize is the HPA's path for a size within [min, max]: the metric
-// recommendation (raised by the predictive one), stabilised, then limited
-// by the rate policies and the bounds.
-func (a *Autoscaler) normalize(cur, effMin int32, schedName string, react reactiveResult, pred predResult, d *Decision, now time.Time) {
+// recommendation (raised by the predictive and burst ones), stabilised,
+// then limited by the rate policies and the bounds.
+func (a *Autoscaler) normalize(cur, effMin int32, schedName string, react reactiveResult, pred predResult, bst burstResult, d *Decision, now time.Time) {
 	cfg := a.cfg
 	raw, src := react.replicas, SourceReactive
 	d.Metric, d.Value = react.metric, react.value
 	if react.hold {
-		if !pred.ok || pred.replicas <= cur {
+		if (!pred.ok || pred.replicas <= cur) && (!bst.ok || bst.replicas <= cur) {
 			d.DesiredReplicas, d.Source, d.Metric, d.Value = cur, SourceHold, "", 0
 			d.Reason = fmt.Sprintf("hold at %d: metrics missing or stale (%s); never scaling down on missing data", cur, strings.Join(react.missing, ", "))
 			return
@@ -563,11 +587,17 @@ func (a *Autoscaler) normalize(cur, effMin int32, schedName string, react reacti
 		raw, src = pred.replicas, SourcePredictive
 		d.Metric, d.Value = cfg.pred.metric.name, pred.value
 	}
+	if bst.ok && bst.replicas > raw {
+		raw, src = bst.replicas, SourceBurst
+		d.Metric, d.Value = cfg.burst.metric.name, bst.value
+	}
 
 	var why string
 	switch {
 	case src == SourcePredictive:
 		why = fmt.Sprintf("%s forecast %.4g within %s needs %d", d.Metric, pred.value, cfg.pred.lead, raw)
+	case src == SourceBurst:
+		why = cfg.burst.describe(bst.value, raw, len(a.st.Burst.Buckets))
 	case len(cfg.metrics) == 0:
 		why = "no metrics configured"
 	case raw > cur:

@@ -26,6 +26,17 @@ const (
 	DefaultPredictiveEWMAWeightPct = 50
 )
 
+// Defaults of the burst recommender, from the MAF trace experiment
+// (BENCHMARKS.md, "Autoscaling on the MAF trace (issue 6)"): 8 h beat 4,
+// 12 and 24 h there.
+const (
+	DefaultBurstQuantile = 0.99
+	DefaultBurstWindow   = 8 * time.Hour
+	DefaultBurstBucket   = time.Minute
+	// MaxBurstBuckets bounds window / bucket (the state kept per pool).
+	MaxBurstBuckets = 10080
+)
+
 // FieldError says which configuration field is wrong and why. Field is the
 // JSON path inside Config (for example "behavior.scaleUp.policies[0].value").
 type FieldError struct {
@@ -110,6 +121,7 @@ type resolved struct {
 	panicThres float64
 	schedules  []schedule
 	pred       *predictive
+	burst      *burst
 }
 
 func fieldErr(field, format string, args ...any) error {
@@ -217,6 +229,13 @@ func resolve(cfg Config) (*resolved, error) {
 			errs = append(errs, err)
 		}
 		r.pred = p
+	}
+	if cfg.Burst != nil {
+		b, err := resolveBurst("burst", *cfg.Burst, r.metrics)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		r.burst = b
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -371,23 +390,69 @@ func resolveSchedule(path string, s ScheduleSpec) (schedule, error) {
 	return out, nil
 }
 
+// resolveMetricRef finds the additive metric named name among ms.
+func resolveMetricRef(path, name string, ms []metric) (metric, error) {
+	for _, m := range ms {
+		if m.name != name {
+			continue
+		}
+		if !m.additive {
+			return m, fieldErr(path, "metric %q is not additive: use a QPS, Concurrency, QueueLength or PromQL AverageValue metric", name)
+		}
+		return m, nil
+	}
+	return metric{}, fieldErr(path, "must name one of metrics[].name (got %q)", name)
+}
+
+func resolveBurst(path string, b BurstSpec, ms []metric) (*burst, error) {
+	out := &burst{quantile: DefaultBurstQuantile, window: DefaultBurstWindow, bucket: DefaultBurstBucket}
+	var err error
+	if out.metric, err = resolveMetricRef(path+".metric", b.Metric, ms); err != nil {
+		return nil, err
+	}
+	out.target = out.metric.target
+	if b.Target != nil {
+		out.target = b.Target.AsApproximateFloat64()
+		if !(out.target > 0) || math.IsInf(out.target, 0) {
+			return nil, fieldErr(path+".target", "must be > 0: the load one instance serves (got %s)", b.Target.String())
+		}
+	}
+	if b.Quantile != nil {
+		out.quantile = b.Quantile.AsApproximateFloat64()
+		if !(out.quantile > 0) || out.quantile > 1 {
+			return nil, fieldErr(path+".quantile", "must be > 0 and <= 1, e.g. 0.99 (got %s)", b.Quantile.String())
+		}
+	}
+	if b.Window != nil {
+		out.window = b.Window.Duration
+		if out.window < 10*time.Minute || out.window > 7*24*time.Hour {
+			return nil, fieldErr(path+".window", "must be between 10m and 168h (got %s)", out.window)
+		}
+	}
+	if b.Bucket != nil {
+		out.bucket = b.Bucket.Duration
+		if out.bucket < time.Second || out.bucket > time.Hour || out.bucket%time.Second != 0 {
+			return nil, fieldErr(path+".bucket", "must be whole seconds between 1s and 1h (got %s)", out.bucket)
+		}
+	}
+	if out.bucket*2 > out.window {
+		return nil, fieldErr(path+".bucket", "must be at most half the window %s (got %s)", out.window, out.bucket)
+	}
+	if n := out.window / out.bucket; n > MaxBurstBuckets {
+		return nil, fieldErr(path+".bucket", "window %s / bucket %s is %d buckets, at most %d: use a longer bucket", out.window, out.bucket, n, MaxBurstBuckets)
+	}
+	return out, nil
+}
+
 func resolvePredictive(path string, p PredictiveSpec, ms []metric) (*predictive, error) {
 	out := &predictive{
 		lead: p.LeadTime.Duration, season: SeasonWeekly, slot: DefaultPredictiveSlot,
 		agg: AggregateMax, history: DefaultPredictiveHistory, minSeasons: 1,
 		ewmaWeight: DefaultPredictiveEWMAWeightPct / 100.0,
 	}
-	found := false
-	for _, m := range ms {
-		if m.name == p.Metric {
-			out.metric, found = m, true
-		}
-	}
-	if !found {
-		return nil, fieldErr(path+".metric", "must name one of metrics[].name (got %q)", p.Metric)
-	}
-	if !out.metric.additive {
-		return nil, fieldErr(path+".metric", "metric %q is not additive: use a QPS, Concurrency, QueueLength or PromQL AverageValue metric", p.Metric)
+	var err error
+	if out.metric, err = resolveMetricRef(path+".metric", p.Metric, ms); err != nil {
+		return nil, err
 	}
 	if out.lead < 0 || out.lead > 24*time.Hour {
 		return nil, fieldErr(path+".leadTime", "must be between 0 and 24h (got %s)", out.lead)
@@ -437,7 +502,6 @@ func resolvePredictive(path string, p PredictiveSpec, ms []metric) (*predictive,
 		}
 		out.headroom = float64(*p.HeadroomPercent) / 100
 	}
-	var err error
 	if out.loc, err = loadZone(path+".timeZone", p.TimeZone); err != nil {
 		return nil, err
 	}

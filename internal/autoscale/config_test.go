@@ -70,6 +70,25 @@ func TestNewValidates(t *testing.T) {
 		}, "predictive.leadTime"},
 		{"predictive minSeasons", func(c *Config) { c.Predictive = &PredictiveSpec{Metric: "qps", History: i32(2), MinSeasons: i32(3)} }, "predictive.minSeasons"},
 		{"metric max age", func(c *Config) { c.MetricMaxAge = dur(0) }, "metricMaxAge"},
+		{"burst metric unknown", func(c *Config) { c.Burst = &BurstSpec{Metric: "rps"} }, "burst.metric"},
+		{"burst metric not additive", func(c *Config) {
+			c.Metrics = append(c.Metrics, MetricSpec{Type: MetricLatency, Target: qty("100")})
+			c.Burst = &BurstSpec{Metric: "latency-p95"}
+		}, "burst.metric"},
+		{"burst zero target", func(c *Config) { q := qty("0"); c.Burst = &BurstSpec{Metric: "qps", Target: &q} }, "burst.target"},
+		{"burst negative target", func(c *Config) { q := qty("-2"); c.Burst = &BurstSpec{Metric: "qps", Target: &q} }, "burst.target"},
+		{"burst zero quantile", func(c *Config) { q := qty("0"); c.Burst = &BurstSpec{Metric: "qps", Quantile: &q} }, "burst.quantile"},
+		{"burst quantile above 1", func(c *Config) { q := qty("99"); c.Burst = &BurstSpec{Metric: "qps", Quantile: &q} }, "burst.quantile"},
+		{"burst window too short", func(c *Config) { c.Burst = &BurstSpec{Metric: "qps", Window: dur(5 * time.Minute)} }, "burst.window"},
+		{"burst window too long", func(c *Config) { c.Burst = &BurstSpec{Metric: "qps", Window: dur(8 * 24 * time.Hour)} }, "burst.window"},
+		{"burst bucket fraction of a second", func(c *Config) { c.Burst = &BurstSpec{Metric: "qps", Bucket: dur(1500 * time.Millisecond)} }, "burst.bucket"},
+		{"burst bucket too long", func(c *Config) { c.Burst = &BurstSpec{Metric: "qps", Bucket: dur(2 * time.Hour)} }, "burst.bucket"},
+		{"burst bucket over half the window", func(c *Config) {
+			c.Burst = &BurstSpec{Metric: "qps", Window: dur(20 * time.Minute), Bucket: dur(15 * time.Minute)}
+		}, "burst.bucket"},
+		{"burst too many buckets", func(c *Config) {
+			c.Burst = &BurstSpec{Metric: "qps", Window: dur(7 * 24 * time.Hour), Bucket: dur(30 * time.Second)}
+		}, "burst.bucket"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +148,12 @@ predictive:
   leadTime: 4m
   season: Weekly
   aggregation: EWMA
+burst:
+  metric: concurrency
+  target: "8"
+  quantile: "0.98"
+  window: 6h
+  bucket: 30s
 `
 	var cfg Config
 	if err := yaml.UnmarshalStrict([]byte(doc), &cfg); err != nil {
@@ -141,8 +166,19 @@ predictive:
 	r := a.cfg
 	if r.down.windowSec != 600 || r.down.selectPol != SelectMin || r.down.tolerance != 0.05 || r.up.windowSec != 0 ||
 		len(r.up.policies) != 1 || r.panicThres != 2.5 || r.stableWin != time.Minute || r.maxAge != 45*time.Second ||
-		r.metrics[3].target != 1.5 || r.metrics[1].name != "latency-p99" || r.pred.lead != 4*time.Minute {
+		r.metrics[3].target != 1.5 || r.metrics[1].name != "latency-p99" || r.pred.lead != 4*time.Minute ||
+		r.burst.metric.name != "concurrency" || r.burst.target != 8 || r.burst.quantile != 0.98 || r.burst.window != 6*time.Hour || r.burst.bucket != 30*time.Second {
 		t.Fatalf("resolved %+v", r)
+	}
+	// Burst defaults: the metric's target, q 0.99, 8 h of 1 min buckets.
+	c2 := qpsConfig(1, 10, "1.5", nil)
+	c2.Burst = &BurstSpec{Metric: "qps"}
+	a2, err := New(c2, testingclock.NewFakeClock(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := a2.cfg.burst; b.target != 1.5 || b.quantile != DefaultBurstQuantile || b.window != DefaultBurstWindow || b.bucket != DefaultBurstBucket {
+		t.Fatalf("burst defaults %+v", b)
 	}
 	// Default scale-down policy filled in next to the given fields.
 	if len(r.down.policies) != 1 || r.down.policies[0] != (ScalingPolicy{Type: PolicyPercent, Value: 100, PeriodSeconds: 15}) {

@@ -26,6 +26,11 @@
 //     day or week, learned from the observations, looked up a lead time
 //     (the measured cold start) ahead, so instances are ready when the load
 //     that usually comes arrives;
+//   - burst: standing capacity for the bursts of a trailing window (8 h by
+//     default): the load-weighted quantile (0.99) of the per-minute load,
+//     at the load one instance serves. It is the lever when bursts are
+//     shorter than the cold start, so that nothing launched for a burst is
+//     ready in time, and bursts cluster over hours;
 //   - schedules: cron windows with a time zone (KEDA's cron scaler model,
 //     https://keda.sh/docs/2.17/scalers/cron/) that raise the minimum while
 //     they are active.

@@ -34,6 +34,8 @@ type (
 	Aggregation = tidev1.Aggregation
 	// PredictiveSpec is tidev1.PredictiveSpec.
 	PredictiveSpec = tidev1.PredictiveSpec
+	// BurstSpec is tidev1.BurstSpec.
+	BurstSpec = tidev1.BurstSpec
 )
 
 // Constants of the configuration types.
