@@ -13,9 +13,12 @@ all: build
 build:
 	$(GO) build -o $(BIN)/tidegpu ./cmd/tidegpu
 
-## test: every test, with the race detector, on real processes, sockets and API server
+## test: every test, with the race detector, on real processes, sockets and API server;
+## then the benchmark packages (they compare against a peer side by side, so they run
+## one package at a time, without the race detector slowing one side)
 test:
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -race -count=1 -timeout 20m ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /bench/)
+	$(GO) test -count=1 -p 1 -timeout 20m ./bench/...
 
 ## test-short: the fast unit tests only
 test-short:
