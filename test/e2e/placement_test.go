@@ -1,12 +1,13 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
 // A sim pool with spec.placement's zone knobs, through `tidegpu up`: at
@@ -14,24 +15,10 @@ import (
 // capacity, and on-demand cover so that losing the fullest zone still
 // leaves the wanted count.
 func TestSimPoolCapsZonesAndCoversZoneLoss(t *testing.T) {
-	dir := t.TempDir()
-	traces := filepath.Join(dir, "traces")
-	if err := os.Mkdir(traces, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// Capacity per zone, constant: two zones of us-east-1 with room for 4,
 	// us-west-2a with none.
-	for zone, cap := range map[string]int{"us-east-1a": 4, "us-east-1b": 4, "us-west-2a": 0} {
-		data := make([]int, 100)
-		for i := range data {
-			data[i] = cap
-		}
-		b, _ := json.Marshal(map[string]any{"metadata": map[string]int{"gap_seconds": 300}, "data": data})
-		if err := os.WriteFile(filepath.Join(traces, zone+"_v100_1.json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	file := filepath.Join(dir, "pool.yaml")
+	traces := testbin.ConstantTrace(t, 100, map[string]int{"us-east-1a": 4, "us-east-1b": 4, "us-west-2a": 0})
+	file := filepath.Join(t.TempDir(), "pool.yaml")
 	pool := fmt.Sprintf(`apiVersion: tidegpu.eja.dev/v1
 kind: TidePool
 metadata:

@@ -734,23 +734,6 @@ func TestAIBalancerScalesADeployment(t *testing.T) {
 	}
 }
 
-// writeTrace writes a spot-capacity trace folder (the data README's format:
-// one JSON file per zone, 300 s steps).
-func writeTrace(t *testing.T, zones map[string][]int) string {
-	t.Helper()
-	dir := t.TempDir()
-	for zone, data := range zones {
-		b, err := json.Marshal(map[string]any{"metadata": map[string]int{"gap_seconds": 300}, "data": data})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, zone+"_v100_1.json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // A sim-provider pool under the operator: spread over the trace's zones on
 // spot, preempted with notice when a zone's capacity drops, refilled in the
 // zone that has capacity, and stopped (every process) on delete.
@@ -768,7 +751,7 @@ func TestSimPoolUnderTheOperator(t *testing.T) {
 			a[i] = 1
 		}
 	}
-	dir := writeTrace(t, map[string][]int{"us-east-1a": a, "us-east-1b": b})
+	dir := testbin.WriteTrace(t, map[string][]int{"us-east-1a": a, "us-east-1b": b})
 	notice := int32(60)
 	tp := &tidev1.TidePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "spot"},
