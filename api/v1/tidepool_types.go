@@ -237,6 +237,23 @@ type PlacementSpec struct {
 	// preemption is placed after the others and counts as at risk. Default 1h.
 	// +optional
 	PreemptedFor *metav1.Duration `json:"preemptedFor,omitempty"`
+	// PreemptedForMax makes the preempted hold adaptive: each preemption
+	// episode of a zone holds it at risk for preemptedFor x 2^(k-1), k its
+	// episodes in the last 24h, up to preemptedForMax. Unset, or not above
+	// preemptedFor: every preemption holds for preemptedFor.
+	// +optional
+	PreemptedForMax *metav1.Duration `json:"preemptedForMax,omitempty"`
+	// MaxPerPreemptedZone caps the pool's spot instances in a zone preempted
+	// within its hold (1 keeps a canary there); spot it cannot take is
+	// covered by the on-demand fallback. 0 means no cap beyond maxPerZone.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxPerPreemptedZone int32 `json:"maxPerPreemptedZone,omitempty"`
+	// CheapFirst places spot in the cheapest usable zone before the zone
+	// holding the fewest of the pool's spot; spread then comes from
+	// maxPerZone.
+	// +optional
+	CheapFirst bool `json:"cheapFirst,omitempty"`
 }
 
 // SimSpec configures the spot-market simulator: it replays real spot

@@ -73,6 +73,10 @@ type Config struct {
 	// (placement.CapacityMemory.SetPreemptedTTL); 0 means the default,
 	// negative turns the preference off.
 	PreemptedTTL time.Duration
+	// PreemptedMax makes the preempted hold adaptive, from PreemptedTTL up
+	// to PreemptedMax over the default window
+	// (placement.CapacityMemory.SetPreemptedBackoff); 0: a fixed hold.
+	PreemptedMax time.Duration
 	// LogDips records every dip of the serving count (Result.DipLog).
 	LogDips bool
 }
@@ -211,6 +215,9 @@ func Run(cfg Config) (Result, error) {
 	mem := placement.NewCapacityMemory(clk, cfg.MemoryTTL)
 	if cfg.PreemptedTTL != 0 {
 		mem.SetPreemptedTTL(cfg.PreemptedTTL)
+	}
+	if cfg.PreemptedMax > 0 {
+		mem.SetPreemptedBackoff(cfg.PreemptedMax, 0)
 	}
 	ctx := context.Background()
 

@@ -50,6 +50,9 @@ type policyRow struct {
 	oneZone   bool // run once per zone, report the best and the worst zone
 	// preemptedTTL of the capacity memory: 0 the default (1 h), -1 off.
 	preemptedTTL time.Duration
+	// preemptedMax > 0 makes the preempted hold adaptive, from
+	// preemptedTTL up to preemptedMax (CapacityMemory.SetPreemptedBackoff).
+	preemptedMax time.Duration
 }
 
 func policyRows() []policyRow {
@@ -93,6 +96,13 @@ func policyRows() []policyRow {
 		{label: "spot + fallback + overprovision 2, cover preempted zones (3 h)", policy: preempted(cover(op(2), placement.DomainZone)), preemptedTTL: 3 * time.Hour},
 		{label: "spot + fallback + overprovision 2, cover preempted zones (12 h)", policy: preempted(cover(op(2), placement.DomainZone)), preemptedTTL: 12 * time.Hour},
 		{label: "spot + fallback + overprovision 2, max 2 per zone, cover preempted zones (24 h)", policy: preempted(cover(capped(op(2), 2), placement.DomainZone)), preemptedTTL: 24 * time.Hour},
+		// Adaptive hold, a cap on preempted zones and cheap-first placement
+		// (issue 7, item 6, on aws1).
+		{label: "spot + fallback + overprovision 2, cover preempted zones (adaptive 2 h..32 h)", policy: preempted(cover(op(2), placement.DomainZone)), preemptedTTL: 2 * time.Hour, preemptedMax: 32 * time.Hour},
+		{label: "spot + fallback + overprovision 2, cover preempted zones (3 h), max 1 per preempted zone, cheap first", policy: cheapFirst(preemptedCap(preempted(cover(op(2), placement.DomainZone)), 1)), preemptedTTL: 3 * time.Hour},
+		{label: "spot + fallback + overprovision 2, cover preempted zones (adaptive 30 min..32 h), max 1 per preempted zone, cheap first", policy: cheapFirst(preemptedCap(preempted(cover(op(2), placement.DomainZone)), 1)), preemptedTTL: 30 * time.Minute, preemptedMax: 32 * time.Hour},
+		{label: "spot + fallback + overprovision 2, cover preempted zones (adaptive 2 h..32 h), max 1 per preempted zone, cheap first", policy: cheapFirst(preemptedCap(preempted(cover(op(2), placement.DomainZone)), 1)), preemptedTTL: 2 * time.Hour, preemptedMax: 32 * time.Hour},
+		{label: "spot + fallback + overprovision 2, max 2 per zone, regions first, zone-loss cover, cheap first", policy: cheapFirst(regions(cover(capped(op(2), 2), placement.DomainZone)))},
 		// The headline policy at other cold starts.
 		{label: "spot + fallback + overprovision 2, max 2 per zone, regions first, zone-loss cover, cold start 2 min", policy: regions(cover(capped(op(2), 2), placement.DomainZone)), coldStart: 2 * time.Minute},
 		{label: "spot + fallback + overprovision 2, max 2 per zone, regions first, zone-loss cover, cold start 10 min", policy: regions(cover(capped(op(2), 2), placement.DomainZone)), coldStart: 10 * time.Minute},
@@ -108,6 +118,10 @@ func eager(p placement.Policy) placement.Policy { p.EagerFallback = true; return
 func regions(p placement.Policy) placement.Policy { p.SpreadRegions = true; return p }
 
 func preempted(p placement.Policy) placement.Policy { p.CoverPreemptedOnly = true; return p }
+
+func preemptedCap(p placement.Policy, n int) placement.Policy { p.MaxPerPreemptedZone = n; return p }
+
+func cheapFirst(p placement.Policy) placement.Policy { p.CheapFirst = true; return p }
 
 type outcome struct {
 	row    policyRow
@@ -167,7 +181,7 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 			if o.zone != "" {
 				p.Zones = []string{o.zone}
 			}
-			o.res, o.runErr = Run(Config{Trace: tr, Want: benchWant, Policy: p, ColdStart: o.row.coldStart, PreemptedTTL: o.row.preemptedTTL})
+			o.res, o.runErr = Run(Config{Trace: tr, Want: benchWant, Policy: p, ColdStart: o.row.coldStart, PreemptedTTL: o.row.preemptedTTL, PreemptedMax: o.row.preemptedMax})
 		}(&jobs[i])
 	}
 	wg.Wait()
@@ -271,6 +285,7 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 		{"spot only, all zones", "spot only, all zones, overprovision 2"},
 		{"spot + fallback + overprovision 2, max 2 per zone", "spot + fallback + overprovision 2, max 2 per zone, zone-loss cover"},
 		{"spot + fallback + overprovision 2, cover preempted zones (1 h)", "spot + fallback + overprovision 2, cover preempted zones (12 h)"},
+		{"spot + fallback + overprovision 2, cover preempted zones (3 h), max 1 per preempted zone, cheap first", "spot + fallback + overprovision 2, cover preempted zones (adaptive 2 h..32 h), max 1 per preempted zone, cheap first"},
 	} {
 		if avail[pair[1]] < avail[pair[0]] {
 			t.Errorf("%s: availability %.5f below %s: %.5f", pair[1], avail[pair[1]], pair[0], avail[pair[0]])

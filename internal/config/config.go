@@ -258,6 +258,12 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 		if pl.CoverPreemptedOnly && pl.CoverLoss == "" {
 			errs = append(errs, field.Invalid(pp.Child("coverPreemptedOnly"), true, "needs spec.placement.coverLoss (Zone or Region)"))
 		}
+		if pl.MaxPerPreemptedZone < 0 {
+			errs = append(errs, field.Invalid(pp.Child("maxPerPreemptedZone"), pl.MaxPerPreemptedZone, "must be >= 0 (0: no cap)"))
+		}
+		if pl.PreemptedForMax != nil && pl.PreemptedForMax.Duration <= 0 {
+			errs = append(errs, field.Invalid(pp.Child("preemptedForMax"), pl.PreemptedForMax.Duration.String(), "must be a positive duration such as 32h"))
+		}
 		if pl.PreemptedFor != nil && pl.PreemptedFor.Duration <= 0 {
 			errs = append(errs, field.Invalid(pp.Child("preemptedFor"), pl.PreemptedFor.Duration.String(), "must be a positive duration such as 1h"))
 		}

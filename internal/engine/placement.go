@@ -19,7 +19,8 @@ func PolicyFor(spec *tidev1.TidePoolSpec) (placement.Policy, bool) {
 	return placement.Policy{Overprovision: int(pl.Overprovision), OnDemandBase: int(pl.OnDemandBase),
 		SpotFallback: fallback, EagerFallback: pl.EagerFallback && fallback, Zones: pl.AvailabilityZones,
 		MaxPerZone: int(pl.MaxPerZone), SpreadRegions: pl.SpreadRegions,
-		CoverLoss: placement.Domain(pl.CoverLoss), CoverPreemptedOnly: pl.CoverPreemptedOnly}, true
+		CoverLoss: placement.Domain(pl.CoverLoss), CoverPreemptedOnly: pl.CoverPreemptedOnly,
+		MaxPerPreemptedZone: int(pl.MaxPerPreemptedZone), CheapFirst: pl.CheapFirst}, true
 }
 
 // offeringsRefresh paces offering look-ups for placement.
@@ -43,6 +44,9 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	}
 	if d := spec.Placement.PreemptedFor; d != nil && d.Duration > 0 {
 		p.capMem.SetPreemptedTTL(d.Duration)
+	}
+	if d := spec.Placement.PreemptedForMax; d != nil && d.Duration > 0 {
+		p.capMem.SetPreemptedBackoff(d.Duration, 0)
 	}
 	offers, at := p.offers, p.offersAt
 	p.mu.Unlock()

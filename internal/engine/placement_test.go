@@ -20,9 +20,11 @@ func TestPolicyFor(t *testing.T) {
 		{"empty placement: spread with fallback", &tidev1.PlacementSpec{}, placement.Policy{SpotFallback: true}, true},
 		{"eager needs fallback", &tidev1.PlacementSpec{SpotFallback: &off, EagerFallback: true}, placement.Policy{}, true},
 		{"every knob", &tidev1.PlacementSpec{AvailabilityZones: []string{"a", "b"}, Overprovision: 2, OnDemandBase: 1,
-			EagerFallback: true, MaxPerZone: 2, SpreadRegions: true, CoverLoss: "Zone", CoverPreemptedOnly: true},
+			EagerFallback: true, MaxPerZone: 2, SpreadRegions: true, CoverLoss: "Zone", CoverPreemptedOnly: true,
+			MaxPerPreemptedZone: 1, CheapFirst: true},
 			placement.Policy{Zones: []string{"a", "b"}, Overprovision: 2, OnDemandBase: 1, SpotFallback: true, EagerFallback: true,
-				MaxPerZone: 2, SpreadRegions: true, CoverLoss: placement.DomainZone, CoverPreemptedOnly: true}, true},
+				MaxPerZone: 2, SpreadRegions: true, CoverLoss: placement.DomainZone, CoverPreemptedOnly: true,
+				MaxPerPreemptedZone: 1, CheapFirst: true}, true},
 	}
 	for _, c := range cases {
 		got, placed := PolicyFor(&tidev1.TidePoolSpec{Placement: c.spec})

@@ -31,21 +31,35 @@
 // time, each on a usable spot offering: Available, in Zones (when set), and
 // not Blocked in the CapacityMemory (it answered "insufficient capacity" or
 // had an instance preempted within the memory's TTL, 3 minutes by
-// default). Among usable offerings, those without a preemption within the
-// memory's PreemptedTTL (1 hour by default; SpotHedge's "active" zones as
-// opposed to its "preempted" ones) come first; then the one whose zone
+// default). Among usable offerings, those not preempted (no preemption
+// within the memory's preempted hold: its PreemptedTTL, 1 hour by default,
+// or the adaptive hold below; SpotHedge's "active" zones as opposed to its
+// "preempted" ones) come first; then, with CheapFirst, the cheaper price;
+// then the one whose zone
 // holds the fewest of the pool's live spot instances (counting the
 // launches already decided); then the one whose region (RegionOf: zones of
 // one region often fail together) holds the fewest (with SpreadRegions
 // the region comes before the zone); then the cheaper
 // price; then the zone and instance type in name order. A preempted zone
 // is thus used again only when no other zone can take the launch, or once
-// its PreemptedTTL is over. With MaxPerZone set, an offering whose zone
+// its preempted hold is over. With MaxPerZone set, an offering whose zone
 // already holds MaxPerZone of the pool's live spot (counting the launches
-// decided) is not usable either. When no spot offering is usable, the
+// decided) is not usable either; with MaxPerPreemptedZone set, neither is
+// a preempted offering whose zone already holds MaxPerPreemptedZone of the
+// pool's live spot. When no spot offering is usable, the
 // remaining spot launches are Unplaced (with a note naming what was
 // skipped and why); there is no on-demand substitute for them except the
 // fallback and the cover below, and none for the Overprovision part.
+//
+// The preempted hold. By default a preemption holds its offering preempted
+// for the PreemptedTTL. With CapacityMemory.SetPreemptedBackoff(max,
+// window) it is adaptive: a preemption at least the memory's TTL after the
+// start of the offering's latest episode starts an episode, which holds it
+// preempted for
+// min(max, PreemptedTTL x 2^(k-1)), k the offering's episodes within the
+// window (24 hours by default) counting this one; a zone that keeps
+// losing instances stays at risk longer, one that lost a single instance
+// does not, and the hold shrinks back once its episodes age out.
 //
 // Fallback. Without SpotFallback the pool keeps exactly base on-demand
 // instances. With it, on-demand instances cover the part of N - base that
@@ -72,7 +86,7 @@
 // up to max(launchOD, coverLaunch) and keepOD becomes max(keepOD,
 // coverKeep). With CoverPreemptedOnly only the domains holding a live spot
 // instance whose offering is Preempted in the CapacityMemory count (a zone
-// that lost an instance within the PreemptedTTL is at risk; the others
+// that lost an instance within its preempted hold is at risk; the others
 // are taken to survive). The cover needs no SpotFallback.
 //
 // Retirement, without a dip. On-demand instances beyond keepOD are retired;

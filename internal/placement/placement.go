@@ -56,6 +56,20 @@ type Policy struct {
 	// ties. Best with MaxPerZone: without a cap it can fill the one zone a
 	// region has capacity in.
 	SpreadRegions bool `json:"spreadRegions,omitempty"`
+	// MaxPerPreemptedZone caps the pool's live spot in a zone whose
+	// offering is preempted in the CapacityMemory (lost an instance within
+	// its preempted hold): no spot launch goes there while the zone holds
+	// that many; 0 means no cap beyond MaxPerZone. With 1 the zone keeps
+	// one instance as a canary (its next preemption renews the hold), and
+	// spot it cannot take is Unplaced, covered by the fallback. Running
+	// instances are not retired for it.
+	MaxPerPreemptedZone int `json:"maxPerPreemptedZone,omitempty"`
+	// CheapFirst ranks spot offerings by price before spread: among usable
+	// offerings (after the preference for zones not preempted), the
+	// cheaper comes first and the zone (and region) holding fewer of the
+	// pool's spot only breaks ties. Spread then comes from MaxPerZone and
+	// MaxPerPreemptedZone; without a cap the pool fills the cheapest zone.
+	CheapFirst bool `json:"cheapFirst,omitempty"`
 }
 
 // Domain is a failure domain: instances in one fail together.
@@ -83,6 +97,9 @@ func (p Policy) Validate() error {
 	}
 	if p.CoverPreemptedOnly && p.CoverLoss == "" {
 		errs = append(errs, fmt.Errorf("%w: coverPreemptedOnly needs coverLoss", ErrInvalidPolicy))
+	}
+	if p.MaxPerPreemptedZone < 0 {
+		errs = append(errs, fmt.Errorf("%w: maxPerPreemptedZone %d: want 0 (no cap) or more", ErrInvalidPolicy, p.MaxPerPreemptedZone))
 	}
 	if p.MaxPerZone < 0 {
 		errs = append(errs, fmt.Errorf("%w: maxPerZone %d: want 0 (no cap) or more", ErrInvalidPolicy, p.MaxPerZone))
@@ -221,12 +238,12 @@ func (p Policy) Decide(in Input) Decision {
 	// Spot launches, spread over zones.
 	placed := 0
 	for i := c.spotLive; i < spotTarget; i++ {
-		o, ok := pickSpot(spotOffers, c.spotByZone, c.spotByRegion, preempted, p.MaxPerZone, p.SpreadRegions)
+		o, ok := pickSpot(spotOffers, c.spotByZone, c.spotByRegion, preempted, p)
 		if !ok {
 			d.Unplaced = spotTarget - i
 			why := "no usable spot offering"
-			if p.MaxPerZone > 0 && len(spotOffers) > 0 {
-				why = fmt.Sprintf("no usable spot offering in a zone holding fewer than maxPerZone %d", p.MaxPerZone)
+			if (p.MaxPerZone > 0 || p.MaxPerPreemptedZone > 0) && len(spotOffers) > 0 {
+				why = fmt.Sprintf("no usable spot offering in a zone below its cap (maxPerZone %d, maxPerPreemptedZone %d; 0: none)", p.MaxPerZone, p.MaxPerPreemptedZone)
 			}
 			d.Notes = append(d.Notes, fmt.Sprintf("%d spot launches not placed: %s", d.Unplaced, why))
 			break
@@ -369,15 +386,19 @@ func (p Policy) usable(offers []provider.Offering, mem *CapacityMemory) (spot, o
 	return spot, od, notes
 }
 
-// pickSpot: among offerings in zones holding fewer than maxPerZone (when
-// set), one without a recent preemption, then the zone holding the fewest of
-// the pool's spot, then the region holding the fewest (the region first
-// with regionsFirst), then the cheapest, then name order (offers are sorted
-// by key).
-func pickSpot(offers []provider.Offering, byZone, byRegion map[string]int, preempted map[Key]bool, maxPerZone int, regionsFirst bool) (provider.Offering, bool) {
+// pickSpot: among offerings in zones holding fewer than MaxPerZone (when
+// set), and fewer than MaxPerPreemptedZone when preempted (when set), one
+// without a recent preemption, then (with CheapFirst) the cheapest, then the
+// zone holding the fewest of the pool's spot, then the region holding the
+// fewest (the region first with SpreadRegions), then the cheapest, then
+// name order (offers are sorted by key).
+func pickSpot(offers []provider.Offering, byZone, byRegion map[string]int, preempted map[Key]bool, p Policy) (provider.Offering, bool) {
 	best := -1
 	for i, o := range offers {
-		if maxPerZone > 0 && byZone[o.Zone] >= maxPerZone {
+		if p.MaxPerZone > 0 && byZone[o.Zone] >= p.MaxPerZone {
+			continue
+		}
+		if p.MaxPerPreemptedZone > 0 && preempted[KeyOf(o)] && byZone[o.Zone] >= p.MaxPerPreemptedZone {
 			continue
 		}
 		if best < 0 {
@@ -393,8 +414,14 @@ func pickSpot(offers []provider.Offering, byZone, byRegion map[string]int, preem
 		}
 		zo, zb := byZone[o.Zone], byZone[b.Zone]
 		ro, rb := byRegion[RegionOf(o.Zone)], byRegion[RegionOf(b.Zone)]
-		if regionsFirst {
+		if p.SpreadRegions {
 			zo, zb, ro, rb = ro, rb, zo, zb
+		}
+		if p.CheapFirst && price(o) != price(b) {
+			if price(o) < price(b) {
+				best = i
+			}
+			continue
 		}
 		if zo != zb {
 			if zo < zb {

@@ -83,6 +83,13 @@ func TestDecide(t *testing.T) {
 	preemptedA, preemptedB := NewCapacityMemory(clk, time.Minute), NewCapacityMemory(clk, time.Minute)
 	preemptedA.RecordPreemption(Key{"a", itype, provider.MarketSpot})
 	preemptedB.RecordPreemption(Key{"b", itype, provider.MarketSpot})
+	// Preempted but no longer blocked: the preempted hold outlasts the TTL.
+	clk2 := testingclock.NewFakeClock(t0)
+	heldA, heldB := NewCapacityMemory(clk2, time.Minute), NewCapacityMemory(clk2, time.Minute)
+	heldA.RecordPreemption(Key{"a", itype, provider.MarketSpot})
+	heldB.RecordPreemption(Key{"b", itype, provider.MarketSpot})
+	clk2.Step(2 * time.Minute)
+	ab := offers(map[string]float64{"a": 0.3, "b": 0.5})
 
 	tests := []struct {
 		name     string
@@ -324,6 +331,41 @@ func TestDecide(t *testing.T) {
 			offers: unknownPrice, launches: []string{"spot@b"}, spotT: 1,
 		},
 		{
+			name: "a preempted zone takes up to maxPerZone without maxPerPreemptedZone", policy: Policy{SpotFallback: true, MaxPerZone: 2},
+			want: 4, offers: ab, mem: heldA,
+			launches: []string{"spot@b", "spot@b", "spot@a", "spot@a"}, spotT: 4, odT: 4,
+		},
+		{
+			name: "maxPerPreemptedZone caps a preempted zone; the fallback covers the rest", policy: Policy{SpotFallback: true, MaxPerZone: 2, MaxPerPreemptedZone: 1},
+			want: 4, offers: ab, mem: heldA,
+			launches: []string{"spot@b", "spot@b", "spot@a", "on-demand@a"}, unplaced: 1, spotT: 4, odT: 4,
+		},
+		{
+			name: "maxPerPreemptedZone counts the spot already there", policy: Policy{SpotFallback: true, MaxPerPreemptedZone: 1},
+			want: 2, insts: []Instance{spot("a1", "a", true)}, offers: ab, mem: heldB,
+			launches: []string{"spot@a"}, spotT: 2, odT: 1,
+		},
+		{
+			name: "maxPerPreemptedZone leaves zones not preempted alone", policy: Policy{MaxPerPreemptedZone: 1},
+			want: 3, offers: ab, mem: heldB,
+			launches: []string{"spot@a", "spot@a", "spot@a"}, spotT: 3,
+		},
+		{
+			name: "cheap first fills the cheapest zone up to the cap", policy: Policy{CheapFirst: true, MaxPerZone: 2},
+			want: 4, offers: offers(threeZones),
+			launches: []string{"spot@b", "spot@b", "spot@c", "spot@c"}, spotT: 4,
+		},
+		{
+			name: "cheap first without a cap fills the cheapest zone", policy: Policy{CheapFirst: true},
+			want: 3, offers: offers(threeZones),
+			launches: []string{"spot@b", "spot@b", "spot@b"}, spotT: 3,
+		},
+		{
+			name: "cheap first still places preempted zones last", policy: Policy{CheapFirst: true, MaxPerZone: 1},
+			want: 2, offers: ab, mem: heldA,
+			launches: []string{"spot@b", "spot@a"}, spotT: 2,
+		},
+		{
 			name: "no offerings at all", policy: Policy{SpotFallback: true}, want: 1,
 			launches: []string{}, unplaced: 1, spotT: 1, odT: 1,
 		},
@@ -452,6 +494,7 @@ func TestValidate(t *testing.T) {
 		{"eager without fallback", Policy{EagerFallback: true}, "eagerFallback needs spotFallback"},
 		{"empty zone", Policy{Zones: []string{""}}, "empty zone name"},
 		{"negative maxPerZone", Policy{MaxPerZone: -1}, "maxPerZone -1"},
+		{"negative maxPerPreemptedZone", Policy{MaxPerPreemptedZone: -2}, "maxPerPreemptedZone -2"},
 		{"unknown cover domain", Policy{CoverLoss: "Rack"}, `coverLoss "Rack"`},
 		{"preempted-only cover without a domain", Policy{CoverPreemptedOnly: true}, "coverPreemptedOnly needs coverLoss"},
 		{"cover domains", Policy{CoverLoss: DomainRegion, CoverPreemptedOnly: true, MaxPerZone: 2}, ""},
@@ -552,6 +595,73 @@ func TestCapacityMemory(t *testing.T) {
 	if NewCapacityMemory(nil, 0).TTL() != DefaultCapacityTTL {
 		t.Error("default TTL")
 	}
+}
+
+func TestBackoffHold(t *testing.T) {
+	for _, tc := range []struct {
+		base, max time.Duration
+		k         int
+		want      time.Duration
+	}{
+		{time.Hour, 16 * time.Hour, 1, time.Hour},
+		{time.Hour, 16 * time.Hour, 2, 2 * time.Hour},
+		{time.Hour, 16 * time.Hour, 4, 8 * time.Hour},
+		{time.Hour, 16 * time.Hour, 5, 16 * time.Hour},
+		{time.Hour, 16 * time.Hour, 60, 16 * time.Hour},
+		{2 * time.Hour, 5 * time.Hour, 3, 5 * time.Hour},
+		{30 * time.Minute, 32 * time.Hour, 3, 2 * time.Hour},
+	} {
+		if got := backoffHold(tc.base, tc.max, tc.k); got != tc.want {
+			t.Errorf("backoffHold(%v, %v, %d) = %v, want %v", tc.base, tc.max, tc.k, got, tc.want)
+		}
+	}
+}
+
+// TestPreemptedBackoff: with SetPreemptedBackoff the hold of each
+// preemption episode doubles with the episodes in the window, up to max.
+func TestPreemptedBackoff(t *testing.T) {
+	const ttl, base = 3 * time.Minute, time.Hour
+	tests := []struct {
+		name      string
+		max       time.Duration
+		window    time.Duration
+		preempted []time.Duration // offsets from t0 of the preemptions
+		until     time.Duration   // preempted just before, not at
+	}{
+		{"one preemption holds the base", 8 * time.Hour, 0, []time.Duration{0}, base},
+		{"a second episode holds twice", 8 * time.Hour, 0, []time.Duration{0, 30 * time.Minute}, 30*time.Minute + 2*base},
+		{"preemptions within the TTL are one episode", 8 * time.Hour, 0, []time.Duration{0, time.Minute, 2 * time.Minute}, 2*time.Minute + base},
+		{"a third episode holds four times", 8 * time.Hour, 0, []time.Duration{0, 10 * time.Minute, 20 * time.Minute}, 20*time.Minute + 4*base},
+		{"capped at max", 8 * time.Hour, 0, []time.Duration{0, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, 40 * time.Minute}, 40*time.Minute + 8*time.Hour},
+		{"episodes older than the default window (24 h) stop counting", 8 * time.Hour, 0, []time.Duration{0, 25 * time.Hour}, 25*time.Hour + base},
+		{"a shorter window", 8 * time.Hour, 2 * time.Hour, []time.Duration{0, 90 * time.Minute, 150 * time.Minute}, 150*time.Minute + 2*base},
+		{"max at the PreemptedTTL: off", base, 0, []time.Duration{0, 30 * time.Minute, 50 * time.Minute}, 50*time.Minute + base},
+		{"a later, shorter hold does not cut an earlier, longer one", 8 * time.Hour, 2 * time.Hour,
+			[]time.Duration{0, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, 3 * time.Hour}, 30*time.Minute + 8*time.Hour},
+	}
+	a := Key{"a", itype, provider.MarketSpot}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(t0)
+			m := NewCapacityMemory(clk, ttl)
+			m.SetPreemptedTTL(base)
+			m.SetPreemptedBackoff(tc.max, tc.window)
+			for _, at := range tc.preempted {
+				clk.SetTime(t0.Add(at))
+				m.RecordPreemption(a)
+			}
+			clk.SetTime(t0.Add(tc.until - time.Second))
+			if !m.Preempted(a) {
+				t.Errorf("not preempted 1s before %v", tc.until)
+			}
+			clk.SetTime(t0.Add(tc.until))
+			if m.Preempted(a) {
+				t.Errorf("still preempted at %v", tc.until)
+			}
+		})
+	}
+	var nilMem *CapacityMemory
+	nilMem.SetPreemptedBackoff(time.Hour, 0) // no panic
 }
 
 func TestRegionOf(t *testing.T) {
