@@ -45,6 +45,14 @@ const (
 	StateRunning State = "Running"
 	// StateTerminating: termination requested, not yet gone.
 	StateTerminating State = "Terminating"
+	// StateStopping: a stop was requested; the instance is shutting down
+	// but keeps its disk (see Stopper).
+	StateStopping State = "Stopping"
+	// StateStopped: the instance is stopped; it keeps its disk (image and
+	// model), costs only its storage, serves nothing, and can be started
+	// again (see Stopper). Stopped and Stopping instances do not count as
+	// running.
+	StateStopped State = "Stopped"
 )
 
 // Instance is one instance as a provider reports it.
@@ -135,6 +143,25 @@ type EventSource interface {
 // 0 it is killed at once.
 type Reclaimer interface {
 	Reclaim(ctx context.Context, id string, notice time.Duration) error
+}
+
+// Stopper is implemented by providers that can stop an instance and start
+// it again later, keeping its disk: a warm standby, like the Stopped
+// instances of an EC2 Auto Scaling warm pool
+// (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-warm-pools.html)
+// or Tencent CVM's StopInstances with StoppedMode STOP_CHARGING. A started
+// standby instance serves after a warm start (boot, and the model loaded
+// from its own disk) instead of a cold one. Only on-demand instances are
+// stopped. List reports stopped instances with StateStopped (or
+// StateStopping on the way), so that they survive a controller restart.
+type Stopper interface {
+	// Stop asks for the instance to stop, keeping its disk. Stopping an
+	// instance that is already stopped or stopping is not an error.
+	Stop(ctx context.Context, id string) error
+	// Start asks for a stopped instance to run again and returns it as
+	// accepted (usually Pending; its address may change). Starting an
+	// instance that is already running is not an error.
+	Start(ctx context.Context, id string) (Instance, error)
 }
 
 // ErrNotSupported is returned by an optional operation the provider lacks,
