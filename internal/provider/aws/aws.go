@@ -3,7 +3,9 @@
 // client-side rate limit, retries with exponential backoff and jitter),
 // launching with RunInstances (spot or on-demand, idempotent through the
 // launch token, ownership tags), listing with one batched and cached
-// DescribeInstances per round for every pool, terminating, the mapping of
+// DescribeInstances per round for every pool, terminating, stopping and
+// starting on-demand instances kept as warm standbys (stopped instances are
+// listed as provider.StateStopped), the mapping of
 // EC2 errors to the provider's typed errors, and offerings with live spot
 // prices and a small on-demand price table.
 //
@@ -24,7 +26,9 @@
 //
 // The credentials need ec2:RunInstances, ec2:CreateTags (tags are set at
 // launch through TagSpecifications), ec2:DescribeInstances,
-// ec2:TerminateInstances and ec2:DescribeSpotPriceHistory; an IAM condition
+// ec2:TerminateInstances, ec2:DescribeSpotPriceHistory, and for warm
+// standby instances (Stop, Start) ec2:StopInstances and
+// ec2:StartInstances; an IAM condition
 // on aws:ResourceTag/tidegpu.eja.dev/cluster can confine termination to
 // the installation's own instances.
 package aws

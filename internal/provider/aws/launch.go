@@ -199,16 +199,21 @@ func stateName(in types.Instance) string {
 }
 
 // stateOf maps an EC2 instance state to the provider's: pending and running
-// as such, shutting-down and stopping as Terminating; terminated, stopped
-// and anything unknown are not live.
+// as such, shutting-down as Terminating, stopping and stopped as Stopping
+// and Stopped (a warm standby, see Stop: listed, never counted as running);
+// terminated and anything unknown are not live.
 func stateOf(name types.InstanceStateName) (provider.State, bool) {
 	switch name {
 	case types.InstanceStateNamePending:
 		return provider.StatePending, true
 	case types.InstanceStateNameRunning:
 		return provider.StateRunning, true
-	case types.InstanceStateNameShuttingDown, types.InstanceStateNameStopping:
+	case types.InstanceStateNameShuttingDown:
 		return provider.StateTerminating, true
+	case types.InstanceStateNameStopping:
+		return provider.StateStopping, true
+	case types.InstanceStateNameStopped:
+		return provider.StateStopped, true
 	}
 	return "", false
 }
@@ -230,7 +235,9 @@ func address(privateIP, publicIP string, port int32, usePrivate bool) string {
 }
 
 // instanceFrom converts an EC2 instance owned as o; live is false for
-// instances that are gone or going nowhere useful (terminated, stopped).
+// instances that are gone (terminated) or in a state we do not know. A
+// stopping or stopped instance has no Address: it serves nothing, and its
+// public IP does not survive the stop.
 func instanceFrom(in types.Instance, o owner, now time.Time) (provider.Instance, bool) {
 	var state provider.State
 	live := false
@@ -250,6 +257,10 @@ func instanceFrom(in types.Instance, o owner, now time.Time) (provider.Instance,
 		launched = now
 	}
 	priv, pub := aws.ToString(in.PrivateIpAddress), aws.ToString(in.PublicIpAddress)
+	addr := ""
+	if state == provider.StatePending || state == provider.StateRunning {
+		addr = address(priv, pub, o.Port, o.UsePrivate)
+	}
 	return provider.Instance{
 		ID:           aws.ToString(in.InstanceId),
 		Pool:         o.Pool,
@@ -259,7 +270,7 @@ func instanceFrom(in types.Instance, o owner, now time.Time) (provider.Instance,
 		State:        state,
 		PrivateIP:    priv,
 		PublicIP:     pub,
-		Address:      address(priv, pub, o.Port, o.UsePrivate),
+		Address:      addr,
 		LaunchedAt:   launched,
 	}, live
 }

@@ -23,12 +23,15 @@ var ErrNotOwned = errors.New("instance is not owned by this installation")
 // context of the caller that started it (others may be waiting on it).
 const listTimeout = 2 * time.Minute
 
-// liveStates are the instance states List asks EC2 for.
+// liveStates are the instance states List asks EC2 for: every state but
+// terminated. Stopping and stopped are warm standbys (see Stop), listed so
+// that they survive a controller restart.
 var liveStates = []string{
 	string(types.InstanceStateNamePending),
 	string(types.InstanceStateNameRunning),
 	string(types.InstanceStateNameShuttingDown),
 	string(types.InstanceStateNameStopping),
+	string(types.InstanceStateNameStopped),
 }
 
 // snapshot is every live instance we own, as one DescribeInstances round

@@ -30,9 +30,9 @@ func TestStateOf(t *testing.T) {
 		{types.InstanceStateNamePending, provider.StatePending, true},
 		{types.InstanceStateNameRunning, provider.StateRunning, true},
 		{types.InstanceStateNameShuttingDown, provider.StateTerminating, true},
-		{types.InstanceStateNameStopping, provider.StateTerminating, true},
+		{types.InstanceStateNameStopping, provider.StateStopping, true},
+		{types.InstanceStateNameStopped, provider.StateStopped, true},
 		{types.InstanceStateNameTerminated, "", false},
-		{types.InstanceStateNameStopped, "", false},
 		{"rebooting-someday", "", false},
 		{"", "", false},
 	}
@@ -404,9 +404,16 @@ func TestInstanceFrom(t *testing.T) {
 		t.Errorf("instanceFrom = %+v, %v; want %+v", got, live, want)
 	}
 	raw.InstanceLifecycle, raw.LaunchTime, raw.State = "", nil, &types.InstanceState{Name: types.InstanceStateNameStopped}
-	got, live = instanceFrom(raw, owner{Pool: "chat"}, now)
-	if live || got.Market != provider.MarketOnDemand || !got.LaunchedAt.Equal(now) {
+	got, live = instanceFrom(raw, owner{Pool: "chat", UsePrivate: true}, now)
+	if !live || got.State != provider.StateStopped || got.Market != provider.MarketOnDemand || !got.LaunchedAt.Equal(now) {
 		t.Errorf("stopped on-demand: %+v live=%v", got, live)
+	}
+	if got.Address != "" || got.PrivateIP != "10.0.0.9" {
+		t.Errorf("a stopped instance serves nothing, so has no address: %+v", got)
+	}
+	raw.State = &types.InstanceState{Name: types.InstanceStateNameTerminated}
+	if _, live = instanceFrom(raw, owner{}, now); live {
+		t.Error("terminated instance is live")
 	}
 	raw.State = nil
 	if _, live = instanceFrom(raw, owner{}, now); live {

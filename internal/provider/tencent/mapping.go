@@ -63,11 +63,13 @@ const (
 //
 // PENDING, STARTING and REBOOTING are Pending: they count toward the pool's
 // size, as the seed counted PENDING and STARTING, but are not routed.
-// RUNNING and the live-migration states serve. STOPPING, TERMINATING and the
-// rescue-mode states are Terminating: leaving, not counted, not routed.
-// STOPPED, SHUTDOWN (in the recycle bin, to be destroyed) and LAUNCH_FAILED
-// are gone for the engine. An unknown state counts as Pending so that a new
-// API state never triggers a replacement storm; the engine's start timeout
+// RUNNING and the live-migration states serve. STOPPING and STOPPED are
+// Stopping and Stopped: warm standbys (see Stop), listed so that they
+// survive a controller restart, neither counted nor routed. TERMINATING and
+// the rescue-mode states are Terminating: leaving, not counted, not routed.
+// SHUTDOWN (in the recycle bin, to be destroyed) and LAUNCH_FAILED are gone
+// for the engine. An unknown state counts as Pending so that a new API
+// state never triggers a replacement storm; the engine's start timeout
 // still bounds it.
 func mapState(s string) (provider.State, bool) {
 	switch s {
@@ -75,9 +77,13 @@ func mapState(s string) (provider.State, bool) {
 		return provider.StatePending, true
 	case cvmRunning, "ENTER_SERVICE_LIVE_MIGRATE", "SERVICE_LIVE_MIGRATE", "EXIT_SERVICE_LIVE_MIGRATE":
 		return provider.StateRunning, true
-	case cvmStopping, cvmTerminating, "ENTER_RESCUE_MODE", "RESCUE_MODE", "EXIT_RESCUE_MODE":
+	case cvmStopping:
+		return provider.StateStopping, true
+	case cvmStopped:
+		return provider.StateStopped, true
+	case cvmTerminating, "ENTER_RESCUE_MODE", "RESCUE_MODE", "EXIT_RESCUE_MODE":
 		return provider.StateTerminating, true
-	case cvmStopped, cvmShutdown, cvmLaunchFailed:
+	case cvmShutdown, cvmLaunchFailed:
 		return "", false
 	default:
 		return provider.StatePending, true

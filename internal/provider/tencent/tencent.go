@@ -6,8 +6,10 @@
 //
 // It owns: the RunInstances request for a pool (spot via SPOTPAID +
 // InstanceMarketOptions, ownership tags, ClientToken idempotency), the
-// mapping of CVM instance states and addresses to provider.Instance, one
-// cached DescribeInstances listing per region shared by every pool, the
+// mapping of CVM instance states and addresses to provider.Instance,
+// stopping (StoppedMode STOP_CHARGING) and starting pay-as-you-go instances
+// kept as warm standbys, one cached DescribeInstances listing per region
+// shared by every pool, the
 // mapping of CVM error codes to provider.InsufficientCapacityError and
 // provider.ThrottledError, and the client-side rate limit with backoff.
 //
@@ -181,6 +183,7 @@ type Provider struct {
 
 	mu        sync.Mutex
 	snap      *snapshot
+	gen       uint64                       // bumped by invalidate: older listings are not cached
 	launched  map[string]provider.Instance // accepted, not yet seen by DescribeInstances
 	dying     map[string]time.Time         // terminated at
 	firstSeen map[string]time.Time
@@ -339,8 +342,9 @@ type Owned struct {
 	// CVMState is the CVM InstanceState (PENDING, RUNNING, STOPPED,
 	// SHUTDOWN, ...); empty for a launch DescribeInstances does not show yet.
 	CVMState string
-	// Live is false for instances the engine no longer sees (STOPPED,
-	// SHUTDOWN, LAUNCH_FAILED): a garbage collector may terminate them.
+	// Live is false for instances the engine no longer sees (SHUTDOWN,
+	// LAUNCH_FAILED): a garbage collector may terminate them. STOPPED and
+	// STOPPING instances are warm standbys and live.
 	Live bool
 }
 
@@ -410,7 +414,11 @@ func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
 	if s != nil && p.clock.Since(s.at) < p.opts.ListCacheTTL {
 		return s, nil
 	}
-	ch := p.sf.DoChan("describe", func() (any, error) {
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	// A listing started before an invalidation is neither joined nor cached.
+	ch := p.sf.DoChan(fmt.Sprintf("describe-%d", gen), func() (any, error) {
 		// Shared by every waiting caller: not bound to the first one's
 		// context, but bounded on its own.
 		budget := time.Duration(p.opts.MaxAttempts) * (p.opts.RequestTimeout + p.opts.BackoffMax)
@@ -423,7 +431,7 @@ func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
 		}
 		s := &snapshot{at: at, instances: ins}
 		p.mu.Lock()
-		if p.snap == nil || !p.snap.at.After(at) {
+		if p.gen == gen && (p.snap == nil || !p.snap.at.After(at)) {
 			p.snap = s
 		}
 		p.mu.Unlock()
@@ -438,6 +446,15 @@ func (p *Provider) snapshot(ctx context.Context) (*snapshot, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("tencent: listing instances in %s: %w", p.opts.Region, ctx.Err())
 	}
+}
+
+// invalidate drops the cached listing after a stop or start, so that the
+// next List asks the API again.
+func (p *Provider) invalidate() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gen++
+	p.snap = nil
 }
 
 // describePageSize is DescribeInstances' maximum Limit.

@@ -1,7 +1,8 @@
 // Package ec2test is a fake Amazon EC2 endpoint for tests: an httptest
 // server that speaks the EC2 Query protocol the way the AWS SDK for Go v2
-// sends it, for the four calls the aws provider makes (RunInstances,
-// DescribeInstances, TerminateInstances, DescribeSpotPriceHistory).
+// sends it, for the calls the aws provider makes (RunInstances,
+// DescribeInstances, TerminateInstances, StopInstances, StartInstances,
+// DescribeSpotPriceHistory).
 //
 // It follows the documented behaviour, not an implementation:
 //
@@ -25,6 +26,22 @@
 //     plus the last change before it, which is the price in effect at the
 //     start): https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html
 //   - instance state codes: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceState.html
+//   - StopInstances and StartInstances (StoppingInstances/StartingInstances
+//     with CurrentState and PreviousState; running → stopping → stopped and
+//     stopped → pending → running; stopping a stopping/stopped instance or
+//     starting a pending/running one succeeds and changes nothing; a
+//     pending, shutting-down or terminated instance cannot be stopped and a
+//     stopping, shutting-down or terminated one cannot be started:
+//     IncorrectInstanceState; a spot instance of a one-time request cannot
+//     be stopped: UnsupportedOperation; an unknown id fails the whole call
+//     with InvalidInstanceID.NotFound):
+//     https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StopInstances.html,
+//     https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StartInstances.html,
+//     https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html,
+//     https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/stopping-a-spot-instance.html
+//   - a stopped instance releases its public IPv4 address and gets a new
+//     one when it starts again; its private address stays:
+//     https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-instance-addressing.html#concepts-public-addresses
 //
 // Faults can be injected: insufficient capacity for a zone, type and market;
 // throttling of the next N calls or of a fraction of calls; latency; and a
@@ -79,6 +96,8 @@ const (
 	CodeInvalidAction                = "InvalidAction"
 	CodeAuthFailure                  = "AuthFailure"
 	CodeNoSuchVersion                = "NoSuchVersion"
+	CodeIncorrectInstanceState       = "IncorrectInstanceState"
+	CodeUnsupportedOperation         = "UnsupportedOperation"
 )
 
 // serverErrors are the codes the errors overview lists as server errors
@@ -131,6 +150,9 @@ type Instance struct {
 	Tags       map[string]string
 	VolumeTags map[string]string
 	LaunchTime time.Time
+	// Starts counts the StartInstances calls that started the instance
+	// from stopped.
+	Starts int
 }
 
 func (in Instance) clone() Instance {
@@ -215,6 +237,8 @@ type Server struct {
 	dropRuns         int
 	manual           bool
 	prices           []SpotPrice
+	// restartIPs numbers the public addresses handed out on restarts.
+	restartIPs int
 }
 
 // NewServer starts a fake EC2 endpoint; Close it when done.
@@ -322,8 +346,13 @@ func (s *Server) SetState(id, state string) error {
 		return fmt.Errorf("ec2test: no instance %q", id)
 	}
 	in.State = state
-	if state == StateRunning && in.PublicIP == "" {
-		in.PublicIP = publicIP(s.indexOf(id))
+	switch state {
+	case StateRunning:
+		if in.PublicIP == "" {
+			in.PublicIP = s.publicIPLocked(in)
+		}
+	case StateStopped, StateTerminated:
+		in.PublicIP = ""
 	}
 	return nil
 }
@@ -494,6 +523,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			res = s.describeInstances(form)
 		case "TerminateInstances":
 			res = s.terminateInstances(form)
+		case "StopInstances":
+			res = s.stopInstances(form)
+		case "StartInstances":
+			res = s.startInstances(form)
 		case "DescribeSpotPriceHistory":
 			res = s.describeSpotPriceHistory(form)
 		default:
@@ -542,6 +575,10 @@ func withRequestID(body any, id string) any {
 		b.RequestID, b.Xmlns = id, Namespace
 	case *xmlTerminateInstancesResponse:
 		b.RequestID, b.Xmlns = id, Namespace
+	case *xmlStopInstancesResponse:
+		b.RequestID, b.Xmlns = id, Namespace
+	case *xmlStartInstancesResponse:
+		b.RequestID, b.Xmlns = id, Namespace
 	case *xmlDescribeSpotPriceHistoryResponse:
 		b.RequestID, b.Xmlns = id, Namespace
 	}
@@ -562,21 +599,33 @@ func (s *Server) throttledLocked() bool {
 }
 
 func (s *Server) advanceLocked() {
-	for i, id := range s.order {
+	for _, id := range s.order {
 		in := s.instances[id]
 		switch in.State {
 		case StatePending:
 			in.State = StateRunning
 			if in.PublicIP == "" {
-				in.PublicIP = publicIP(i + 1)
+				in.PublicIP = s.publicIPLocked(in)
 			}
 		case StateShuttingDown:
 			in.State = StateTerminated
 			in.PublicIP = ""
 		case StateStopping:
 			in.State = StateStopped
+			in.PublicIP = ""
 		}
 	}
+}
+
+// publicIPLocked is the public address an instance gets when it runs: its
+// first from its creation index, a fresh one after every restart.
+func (s *Server) publicIPLocked(in *Instance) string {
+	if in.Starts == 0 {
+		return publicIP(s.indexOf(in.ID))
+	}
+	s.restartIPs++
+	n := s.restartIPs
+	return fmt.Sprintf("203.0.%d.%d", (n/250)%256, n%250+1)
 }
 
 func (s *Server) indexOf(id string) int { return slices.Index(s.order, id) + 1 }
@@ -933,6 +982,97 @@ func (s *Server) terminateInstances(form url.Values) result {
 			InstanceID:    id,
 			CurrentState:  xmlStateOf(in.State),
 			PreviousState: xmlStateOf(prev),
+		})
+	}
+	return result{body: body}
+}
+
+// checkIDs validates the InstanceId.N of a state-changing call: present,
+// well-formed, known; one bad id fails the whole call.
+func (s *Server) checkIDs(form url.Values) ([]string, *result) {
+	ids := list(form, "InstanceId")
+	if len(ids) == 0 {
+		r := errResult(CodeMissingParameter, "The request must contain the parameter InstanceId")
+		return nil, &r
+	}
+	var missing []string
+	for _, id := range ids {
+		if !instanceIDPattern.MatchString(id) {
+			r := errResult(CodeInvalidInstanceIDMalformed, "Invalid id: %q", id)
+			return nil, &r
+		}
+		if _, ok := s.instances[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		r := errResult(CodeInvalidInstanceIDNotFound, "The instance IDs '%s' do not exist", strings.Join(missing, ", "))
+		return nil, &r
+	}
+	return ids, nil
+}
+
+// stopInstances: every instance must be stoppable before any changes.
+// Running instances go to stopping; stopping and stopped ones stay (the
+// call is idempotent). A one-time spot instance is UnsupportedOperation; a
+// pending, shutting-down or terminated one IncorrectInstanceState.
+func (s *Server) stopInstances(form url.Values) result {
+	ids, bad := s.checkIDs(form)
+	if bad != nil {
+		return *bad
+	}
+	for _, id := range ids {
+		in := s.instances[id]
+		if in.Market == MarketSpot && in.SpotInstanceType != "persistent" {
+			return errResult(CodeUnsupportedOperation, "You can't stop the Spot Instance '%s' because it is associated with a one-time Spot Instance request. You can only stop Spot Instances associated with persistent Spot Instance requests.", id)
+		}
+		switch in.State {
+		case StatePending:
+			return errResult(CodeIncorrectInstanceState, "Instance '%s' cannot be stopped as it has never reached the 'running' state.", id)
+		case StateShuttingDown, StateTerminated:
+			return errResult(CodeIncorrectInstanceState, "This instance '%s' is not in a state from which it can be stopped.", id)
+		}
+	}
+	body := &xmlStopInstancesResponse{}
+	for _, id := range ids {
+		in := s.instances[id]
+		prev := in.State
+		if in.State == StateRunning {
+			in.State = StateStopping
+		}
+		body.InstancesSet = append(body.InstancesSet, xmlStateChange{
+			InstanceID: id, CurrentState: xmlStateOf(in.State), PreviousState: xmlStateOf(prev),
+		})
+	}
+	return result{body: body}
+}
+
+// startInstances: every instance must be startable before any changes.
+// Stopped instances go to pending (a new public IP comes with running);
+// pending and running ones stay (idempotent). A stopping, shutting-down or
+// terminated one is IncorrectInstanceState.
+func (s *Server) startInstances(form url.Values) result {
+	ids, bad := s.checkIDs(form)
+	if bad != nil {
+		return *bad
+	}
+	for _, id := range ids {
+		switch s.instances[id].State {
+		case StateStopping, StateShuttingDown, StateTerminated:
+			return errResult(CodeIncorrectInstanceState, "The instance '%s' is not in a state from which it can be started.", id)
+		}
+	}
+	body := &xmlStartInstancesResponse{}
+	for _, id := range ids {
+		in := s.instances[id]
+		prev := in.State
+		if in.State == StateStopped {
+			in.State = StatePending
+			in.PublicIP = ""
+			in.Starts++
+		}
+		body.InstancesSet = append(body.InstancesSet, xmlStateChange{
+			InstanceID: id, CurrentState: xmlStateOf(in.State), PreviousState: xmlStateOf(prev),
 		})
 	}
 	return result{body: body}

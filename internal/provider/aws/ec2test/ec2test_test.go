@@ -238,3 +238,108 @@ func FuzzGlobMatch(f *testing.F) {
 		}
 	})
 }
+
+// stateChange posts a StopInstances or StartInstances for id and returns
+// the status and, on success, the one state change answered.
+func stateChange(t *testing.T, s *Server, action, id string) (int, string, xmlStateChange) {
+	t.Helper()
+	st, body := post(t, s, url.Values{"Action": {action}, "InstanceId.1": {id}})
+	if st != 200 {
+		return st, errorCodeOf(t, body), xmlStateChange{}
+	}
+	var r struct {
+		XMLName      xml.Name
+		RequestID    string           `xml:"requestId"`
+		InstancesSet []xmlStateChange `xml:"instancesSet>item"`
+	}
+	if err := xml.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.XMLName.Local != action+"Response" || r.XMLName.Space != Namespace || r.RequestID == "" || len(r.InstancesSet) != 1 || r.InstancesSet[0].InstanceID != id {
+		t.Fatalf("%s answer %s", action, body)
+	}
+	return st, "", r.InstancesSet[0]
+}
+
+func TestStopStartTransitionsAndIdempotency(t *testing.T) {
+	s := NewServer(Options{})
+	defer s.Close()
+	s.SetManual(true)
+	id := s.Put(Instance{})
+	before, _ := s.Instance(id)
+
+	steps := []struct {
+		action, prev, cur string
+		advance           bool
+	}{
+		{"StopInstances", StateRunning, StateStopping, false},
+		{"StopInstances", StateStopping, StateStopping, true}, // repeated: no change
+		{"StopInstances", StateStopped, StateStopped, false},
+		{"StartInstances", StateStopped, StatePending, false},
+		{"StartInstances", StatePending, StatePending, true},
+		{"StartInstances", StateRunning, StateRunning, false},
+	}
+	for i, c := range steps {
+		st, code, ch := stateChange(t, s, c.action, id)
+		if st != 200 || ch.PreviousState != xmlStateOf(c.prev) || ch.CurrentState != xmlStateOf(c.cur) {
+			t.Fatalf("step %d %s: %d %s %+v; want %s → %s", i, c.action, st, code, ch, c.prev, c.cur)
+		}
+		if c.action == "StopInstances" && c.cur == StateStopped {
+			if in, _ := s.Instance(id); in.PublicIP != "" || in.PrivateIP != before.PrivateIP {
+				t.Fatalf("stopped instance kept public IP or lost private IP: %+v", in)
+			}
+		}
+		if c.advance {
+			s.Advance()
+		}
+	}
+	after, _ := s.Instance(id)
+	if after.Starts != 1 || after.PublicIP == "" || after.PublicIP == before.PublicIP || after.PrivateIP != before.PrivateIP {
+		t.Fatalf("after restart %+v (before %+v); want a new public IP, the same private one", after, before)
+	}
+}
+
+func TestStopStartErrors(t *testing.T) {
+	s := NewServer(Options{})
+	defer s.Close()
+	s.SetManual(true)
+	spot := s.Put(Instance{Market: MarketSpot, SpotInstanceType: "one-time"})
+	persistent := s.Put(Instance{Market: MarketSpot, SpotInstanceType: "persistent"})
+	pending := s.Put(Instance{State: StatePending})
+	stopping := s.Put(Instance{State: StateStopping})
+	terminated := s.Put(Instance{State: StateTerminated})
+	cases := []struct {
+		action, id string
+		status     int
+		code       string
+	}{
+		{"StopInstances", spot, 400, CodeUnsupportedOperation},
+		{"StopInstances", pending, 400, CodeIncorrectInstanceState},
+		{"StopInstances", terminated, 400, CodeIncorrectInstanceState},
+		{"StartInstances", stopping, 400, CodeIncorrectInstanceState},
+		{"StartInstances", terminated, 400, CodeIncorrectInstanceState},
+		{"StopInstances", "i-0123456789abcdef0", 400, CodeInvalidInstanceIDNotFound},
+		{"StartInstances", "i-0123456789abcdef0", 400, CodeInvalidInstanceIDNotFound},
+		{"StartInstances", "vm-1", 400, CodeInvalidInstanceIDMalformed},
+		{"StopInstances", persistent, 200, ""},
+	}
+	for _, c := range cases {
+		st, code, _ := stateChange(t, s, c.action, c.id)
+		if st != c.status || code != c.code {
+			t.Errorf("%s %s: %d %s; want %d %s", c.action, c.id, st, code, c.status, c.code)
+		}
+	}
+	if st, body := post(t, s, url.Values{"Action": {"StopInstances"}}); st != 400 || errorCodeOf(t, body) != CodeMissingParameter {
+		t.Errorf("no ids: %d %s", st, body)
+	}
+	// A bad id fails the whole call: the good one is left as it was.
+	st, body := post(t, s, url.Values{"Action": {"StopInstances"}, "InstanceId.1": {persistent}, "InstanceId.2": {spot}})
+	if st != 400 || errorCodeOf(t, body) != CodeUnsupportedOperation {
+		t.Fatalf("batch: %d %s", st, body)
+	}
+	for id, want := range map[string]string{spot: StateRunning, pending: StatePending, stopping: StateStopping, terminated: StateTerminated} {
+		if in, _ := s.Instance(id); in.State != want {
+			t.Errorf("%s is %s after refused calls, want %s", id, in.State, want)
+		}
+	}
+}

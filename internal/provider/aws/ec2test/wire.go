@@ -116,6 +116,26 @@ type xmlTerminateInstancesResponse struct {
 	InstancesSet []xmlStateChange `xml:"instancesSet>item"`
 }
 
+// xmlStopInstancesResponse is StopInstances' answer: StoppingInstances, on
+// the wire an instancesSet of state changes
+// (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StopInstances.html).
+type xmlStopInstancesResponse struct {
+	XMLName      xml.Name         `xml:"StopInstancesResponse"`
+	Xmlns        string           `xml:"xmlns,attr"`
+	RequestID    string           `xml:"requestId"`
+	InstancesSet []xmlStateChange `xml:"instancesSet>item"`
+}
+
+// xmlStartInstancesResponse is StartInstances' answer: StartingInstances,
+// on the wire an instancesSet of state changes
+// (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StartInstances.html).
+type xmlStartInstancesResponse struct {
+	XMLName      xml.Name         `xml:"StartInstancesResponse"`
+	Xmlns        string           `xml:"xmlns,attr"`
+	RequestID    string           `xml:"requestId"`
+	InstancesSet []xmlStateChange `xml:"instancesSet>item"`
+}
+
 type xmlSpotPrice struct {
 	InstanceType       string `xml:"instanceType"`
 	ProductDescription string `xml:"productDescription"`

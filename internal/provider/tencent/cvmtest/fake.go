@@ -3,7 +3,8 @@
 // tencentcloud-sdk-go common client sends (POST, JSON body, X-TC-* headers,
 // TC3-HMAC-SHA256 Authorization, which it verifies with the known key) and
 // answers as the documented API does. It implements RunInstances,
-// DescribeInstances, TerminateInstances and InquiryPriceRunInstances,
+// DescribeInstances, TerminateInstances, StopInstances, StartInstances and
+// InquiryPriceRunInstances,
 // records every call, and injects faults: no capacity per zone and type,
 // throttling (the next N calls or a fraction of calls), latency, answers
 // lost after the instance was created, and the asynchronous public IP.
@@ -18,6 +19,15 @@
 //   - InquiryPriceRunInstances: https://www.tencentcloud.com/document/api/213/33248
 //   - Instance states: https://www.tencentcloud.com/document/product/213/15753#InstanceStatus
 //   - Lifecycle: https://www.tencentcloud.com/document/product/213/4856
+//   - StopInstances (RUNNING → STOPPING → STOPPED; StopType SOFT, HARD or
+//     SOFT_FIRST; StoppedMode KEEP_CHARGING, the default, or STOP_CHARGING,
+//     which only some pay-as-you-go instances support):
+//     https://www.tencentcloud.com/document/api/213/33235
+//   - StartInstances (STOPPED → STARTING → RUNNING):
+//     https://www.tencentcloud.com/document/api/213/33236
+//   - No charges when shut down (pay-as-you-go only; the public IP is
+//     released on shutdown and a new one assigned on start):
+//     https://www.tencentcloud.com/document/product/213/19922
 //   - Error codes per action: the CVM error code list, as carried in
 //     tencentcloud-sdk-go-intl-en tencentcloud/cvm/v20170312/{client,errors}.go
 //
@@ -71,14 +81,20 @@ type Instance struct {
 	// Tags of the instance.
 	Tags map[string]string
 	// State is the CVM InstanceState.
-	State              string
-	PrivateIP          string
-	PublicIP           string
-	WantPublicIP       bool
-	BandwidthOut       int
-	ClientToken        string
-	CreatedTime        time.Time
+	State        string
+	PrivateIP    string
+	PublicIP     string
+	WantPublicIP bool
+	BandwidthOut int
+	ClientToken  string
+	CreatedTime  time.Time
+	// StoppedMode is the StoppedMode of the last StopInstances
+	// (KEEP_CHARGING or STOP_CHARGING); "" for an instance never stopped.
+	StoppedMode string
+	// Starts counts the StartInstances calls that started it from STOPPED.
+	Starts             int
 	n                  int // creation sequence number
+	transDescribes     int // describes since the last stop or start
 	describes          int
 	terminateDescribes int
 }
@@ -127,6 +143,7 @@ type Server struct {
 	latency          time.Duration
 	loseRun          int
 	runningAfter     int
+	stoppedAfter     int
 	publicIPAfter    int
 	goneAfter        int
 	prices           map[offering]float64
@@ -148,6 +165,7 @@ func NewServer(region string) *Server {
 		prices:       map[offering]float64{},
 		priceErrs:    map[offering]string{},
 		runningAfter: 1,
+		stoppedAfter: 1,
 		goneAfter:    1,
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -221,6 +239,15 @@ func (s *Server) SetRunningAfter(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.runningAfter = n
+}
+
+// SetStoppedAfter keeps a stopped instance STOPPING for its first n
+// describes after StopInstances (default 1), STOPPED afterwards. A started
+// instance is STARTING for as many describes as SetRunningAfter says.
+func (s *Server) SetStoppedAfter(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stoppedAfter = n
 }
 
 // SetPublicIPAfter withholds a new instance's public IP for its first n
@@ -443,6 +470,10 @@ func (s *Server) handle(r *http.Request, action string, body []byte) (map[string
 		return s.describeInstances(body)
 	case "TerminateInstances":
 		return s.terminateInstances(body)
+	case "StopInstances":
+		return s.stopInstances(body)
+	case "StartInstances":
+		return s.startInstances(body)
 	case "InquiryPriceRunInstances":
 		return s.inquiryPrice(body)
 	default:
@@ -805,10 +836,27 @@ func (s *Server) observe(in *Instance) map[string]any {
 	if in.State == "PENDING" && in.describes >= s.runningAfter {
 		in.State = "RUNNING"
 	}
-	if in.WantPublicIP && in.PublicIP == "" && in.describes >= s.publicIPAfter {
+	switch {
+	case in.State == "STOPPING" && in.transDescribes >= s.stoppedAfter:
+		in.State = "STOPPED"
+		if in.StoppedMode == "STOP_CHARGING" {
+			// No charges when shut down releases the public IP.
+			in.PublicIP = ""
+		}
+	case in.State == "STARTING" && in.transDescribes >= s.runningAfter:
+		in.State = "RUNNING"
+	}
+	switch {
+	case !in.WantPublicIP || in.PublicIP != "" || in.State == "STOPPING" || in.State == "STOPPED":
+	case in.Starts == 0 && in.describes >= s.publicIPAfter:
 		in.PublicIP = publicIP(in.n)
+	case in.Starts > 0 && in.transDescribes >= s.publicIPAfter:
+		// A new address after a start, never the one released.
+		s.seq++
+		in.PublicIP = publicIP(s.seq)
 	}
 	in.describes++
+	in.transDescribes++
 	if in.State == "TERMINATING" {
 		in.terminateDescribes++
 	}
@@ -837,6 +885,7 @@ func (s *Server) observe(in *Instance) map[string]any {
 		"PublicIpAddresses":  public, // null until assigned, as documented
 		"SecurityGroupIds":   in.SecurityGroupIDs,
 		"CreatedTime":        in.CreatedTime.Format(time.RFC3339),
+		"StopChargingMode":   stopChargingMode(in),
 		"Tags":               tags,
 		"RestrictState":      "NORMAL",
 	}
@@ -933,6 +982,134 @@ func (s *Server) terminateInstances(body []byte) (map[string]any, *apiError) {
 		in := s.byID[id]
 		in.State = "TERMINATING"
 		in.terminateDescribes = 0
+	}
+	return map[string]any{}, nil
+}
+
+// stopChargingMode is DescribeInstances' StopChargingMode: the stopped
+// mode of a STOPPED instance, NOT_APPLICABLE otherwise.
+func stopChargingMode(in *Instance) string {
+	if in.State == "STOPPED" && in.StoppedMode != "" {
+		return in.StoppedMode
+	}
+	return "NOT_APPLICABLE"
+}
+
+// checkStateIDs validates the InstanceIds of StopInstances and
+// StartInstances: present, at most 100, well-formed, known.
+func (s *Server) checkStateIDs(ids []string) *apiError {
+	if len(ids) == 0 {
+		return errf("MissingParameter", "the parameter InstanceIds is missing")
+	}
+	if len(ids) > 100 {
+		return errf("InvalidParameterValue.LimitExceeded", "at most 100 instances per request")
+	}
+	for _, id := range ids {
+		if !idPattern.MatchString(id) {
+			return errf("InvalidInstanceId.Malformed", "instance id %q is malformed", id)
+		}
+		if _, ok := s.byID[id]; !ok {
+			return errf("InvalidInstanceId.NotFound", "instance %s is not found", id)
+		}
+	}
+	return nil
+}
+
+// stateCode is the UnsupportedOperation.InstanceState* code for an
+// instance in state refusing an operation (per the action's error list).
+func stateCode(state string) string {
+	switch state {
+	case "PENDING":
+		return "UnsupportedOperation.InstanceStatePending"
+	case "RUNNING":
+		return "UnsupportedOperation.InstanceStateRunning"
+	case "STARTING":
+		return "UnsupportedOperation.InstanceStateStarting"
+	case "STOPPING":
+		return "UnsupportedOperation.InstanceStateStopping"
+	case "STOPPED":
+		return "UnsupportedOperation.InstanceStateStopped"
+	case "REBOOTING":
+		return "UnsupportedOperation.InstanceStateRebooting"
+	case "SHUTDOWN":
+		return "UnsupportedOperation.InstanceStateShutdown"
+	case "TERMINATING":
+		return "UnsupportedOperation.InstanceStateTerminating"
+	}
+	return "InvalidInstance.NotSupported"
+}
+
+// stopInstances shuts RUNNING instances down (STOPPING, then STOPPED). The
+// whole batch is refused if one instance is not RUNNING
+// (UnsupportedOperation.InstanceState*) or cannot stop without charges
+// (UnsupportedOperation.StoppedModeStopCharging: only pay-as-you-go,
+// POSTPAID_BY_HOUR, instances can).
+func (s *Server) stopInstances(body []byte) (map[string]any, *apiError) {
+	var req struct {
+		InstanceIds []string `json:"InstanceIds"`
+		ForceStop   *bool    `json:"ForceStop"`
+		StopType    string   `json:"StopType"`
+		StoppedMode string   `json:"StoppedMode"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := s.checkStateIDs(req.InstanceIds); err != nil {
+		return nil, err
+	}
+	switch req.StopType {
+	case "", "SOFT", "HARD", "SOFT_FIRST":
+	default:
+		return nil, errf("InvalidParameterValue", "StopType %q is not one of SOFT, HARD, SOFT_FIRST", req.StopType)
+	}
+	mode := req.StoppedMode
+	switch mode {
+	case "":
+		mode = "KEEP_CHARGING"
+	case "KEEP_CHARGING", "STOP_CHARGING":
+	default:
+		return nil, errf("InvalidParameterValue", "StoppedMode %q is not one of KEEP_CHARGING, STOP_CHARGING", req.StoppedMode)
+	}
+	for _, id := range req.InstanceIds {
+		in := s.byID[id]
+		if in.State != "RUNNING" {
+			return nil, errf(stateCode(in.State), "instance %s is %s; only RUNNING instances can be shut down", id, in.State)
+		}
+		if mode == "STOP_CHARGING" && in.ChargeType != "POSTPAID_BY_HOUR" {
+			return nil, errf("UnsupportedOperation.StoppedModeStopCharging", "instance %s (%s) does not support no charges when shut down", id, in.ChargeType)
+		}
+	}
+	for _, id := range req.InstanceIds {
+		in := s.byID[id]
+		in.State = "STOPPING"
+		in.StoppedMode = mode
+		in.transDescribes = 0
+	}
+	return map[string]any{}, nil
+}
+
+// startInstances starts STOPPED instances (STARTING, then RUNNING). The
+// whole batch is refused if one instance is not STOPPED.
+func (s *Server) startInstances(body []byte) (map[string]any, *apiError) {
+	var req struct {
+		InstanceIds []string `json:"InstanceIds"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := s.checkStateIDs(req.InstanceIds); err != nil {
+		return nil, err
+	}
+	for _, id := range req.InstanceIds {
+		if in := s.byID[id]; in.State != "STOPPED" {
+			return nil, errf(stateCode(in.State), "instance %s is %s; only STOPPED instances can be started", id, in.State)
+		}
+	}
+	for _, id := range req.InstanceIds {
+		in := s.byID[id]
+		in.State = "STARTING"
+		in.Starts++
+		in.transDescribes = 0
 	}
 	return map[string]any{}, nil
 }
