@@ -484,6 +484,9 @@ func TestOperatorKilledDuringLaunchRestarts(t *testing.T) {
 	eventually(t, 30*time.Second, "the pool's processes to be gone", func() bool {
 		return len(testbin.PIDsWithEnv("TIDEGPU_POOL="+ns+"/burst")) == 0
 	})
+	// The second operator stops first at cleanup (cleanups run last in,
+	// first out): the finalizer must be done while it runs.
+	eventually(t, 30*time.Second, "the TidePool to be deleted (finalizer done)", func() bool { _, ok := getPool(t, nn); return !ok })
 }
 
 // The operator keeps a Kong's targets equal to a pool's Ready instances,

@@ -125,8 +125,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, fmt.Errorf("cleaning up pool %s: %w", key, err)
 		}
 		r.Events.Eventf(&tp, nil, corev1.EventTypeNormal, "CleanedUp", "Delete", "instances terminated and gateway targets removed")
+		// A patch, not an update: a status write racing with this one must
+		// not turn the finalizer's removal into a conflict and a backoff.
+		before := tp.DeepCopy()
 		controllerutil.RemoveFinalizer(&tp, Finalizer)
-		return ctrl.Result{}, r.Client.Update(ctx, &tp)
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, &tp, client.MergeFrom(before)))
 	}
 
 	if controllerutil.AddFinalizer(&tp, Finalizer) {
