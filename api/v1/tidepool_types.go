@@ -249,6 +249,20 @@ type PlacementSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxPerPreemptedZone int32 `json:"maxPerPreemptedZone,omitempty"`
+	// Standby is the number of stopped on-demand instances kept as a warm
+	// standby, like an EC2 Auto Scaling warm pool: each was launched, became
+	// Ready once (image and model on its disk), then was stopped; a stopped
+	// instance costs only its storage (spec.pricing.standbyPerHour). When
+	// the pool needs on-demand capacity (fallback, cover, base), it starts
+	// a standby instance, which serves after a warm start (boot, model from
+	// its own disk) instead of a cold start, and an on-demand instance that
+	// is no longer needed is stopped back into standby. Needs a provider
+	// that can stop instances (aws, tencent; sim without processes);
+	// elsewhere it is ignored with a warning. 0 means none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Standby int32 `json:"standby,omitempty"`
 	// CheapFirst places spot in the cheapest usable zone before the zone
 	// holding the fewest of the pool's spot; spread then comes from
 	// maxPerZone.
@@ -290,6 +304,12 @@ type PricingSpec struct {
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	// +optional
 	SpotPerHour string `json:"spotPerHour,omitempty"`
+	// StandbyPerHour is the price of a stopped standby instance (its
+	// disk). Default 0.0111: a 100 GB EBS gp3 volume at 0.08 USD per
+	// GB-month (https://aws.amazon.com/ebs/pricing/, us-east-1).
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +optional
+	StandbyPerHour string `json:"standbyPerHour,omitempty"`
 	// Currency is an ISO 4217 code; default USD.
 	// +kubebuilder:validation:Pattern=`^[A-Z]{3}$`
 	// +optional
@@ -415,6 +435,9 @@ const (
 	PhaseReady       = "Ready"
 	PhaseDraining    = "Draining"
 	PhaseTerminating = "Terminating"
+	// PhaseStandby: a stopped on-demand instance kept as a warm standby
+	// (spec.placement.standby); it serves nothing and costs its storage.
+	PhaseStandby = "Standby"
 )
 
 // InstanceStatus is one instance of the pool as last observed.
@@ -470,6 +493,9 @@ type TidePoolStatus struct {
 	// Spot is the number of live instances on the spot market.
 	// +optional
 	Spot int32 `json:"spot,omitempty"`
+	// Standby is the number of stopped instances kept as a warm standby.
+	// +optional
+	Standby int32 `json:"standby,omitempty"`
 	// Instances of the pool.
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`

@@ -35,6 +35,14 @@ const (
 	DefaultStep      = 30 * time.Second
 	DefaultColdStart = 5 * time.Minute
 	DefaultWarmup    = 30 * time.Minute
+	// DefaultStandbyPrice is what a stopped instance costs per hour: its
+	// disk only. EBS gp3 costs 0.08 USD per GB-month (us-east-1,
+	// https://aws.amazon.com/ebs/pricing/, which prorates a GB-month over
+	// a 30-day month); a 100 GB volume (OS, vLLM and a 7B model in fp16,
+	// about 15 GB) is 8 USD a month, 8 / 720 h = 0.0111 USD/h, 0.36 % of
+	// p3.2xlarge on-demand (3.06 USD/h). A stopped EC2 instance is not
+	// billed for its instance time.
+	DefaultStandbyPrice = 0.0111
 	// decideRounds bounds the decide → launch rounds within one step: after
 	// a refusal the next round places the launch elsewhere, as the engine's
 	// next round would a moment later.
@@ -79,6 +87,13 @@ type Config struct {
 	PreemptedMax time.Duration
 	// LogDips records every dip of the serving count (Result.DipLog).
 	LogDips bool
+	// WarmStart is how long a started standby instance
+	// (placement.Policy.Standby) takes from its start to ready: the boot
+	// and the model loaded from its own disk. 0 means ColdStart.
+	WarmStart time.Duration
+	// StandbyPrice is what a stopped instance costs per hour (its disk);
+	// 0 means DefaultStandbyPrice.
+	StandbyPrice float64
 }
 
 // Dip describes one time the pool served fewer than Want instances (an
@@ -121,12 +136,19 @@ type Result struct {
 	MetServing        time.Duration
 	ServingDips       int
 	LongestServingDip time.Duration
-	// Cost in USD at the simulator's prices.
+	// Cost in USD at the simulator's prices, standby included.
 	Cost float64
-	// Hours of instance time per zone and market.
+	// Hours of running instance time per zone and market (launch or
+	// start to end or stop).
 	Hours map[placement.Key]float64
+	// StandbyHours is the time instances spent stopped (standby), and
+	// StandbyCost what it cost at Config.StandbyPrice (included in Cost).
+	StandbyHours, StandbyCost float64
 	// Launches, refused spot launches, and preemptions over the whole run.
 	Launches, Refused, Preemptions int
+	// Starts of standby instances and Stops (retirements into standby)
+	// over the whole run.
+	Starts, Stops int
 	// DipLog holds every serving dip when Config.LogDips is set.
 	DipLog []Dip
 }
@@ -149,9 +171,10 @@ func (r Result) ServingAvailability() float64 {
 }
 
 // CostAt prices the result's instance hours at other prices: spot per zone
-// (missing zones: the on-demand price) and one on-demand price.
+// (missing zones: the on-demand price) and one on-demand price; the
+// standby is priced as in the run (StandbyCost).
 func (r Result) CostAt(spot map[string]float64, onDemand float64) float64 {
-	c := 0.0
+	c := r.StandbyCost
 	for k, h := range r.Hours {
 		p := onDemand
 		if k.Market != provider.MarketOnDemand {
@@ -195,6 +218,15 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Warmup <= 0 {
 		cfg.Warmup = DefaultWarmup
 	}
+	if cfg.WarmStart < 0 || cfg.StandbyPrice < 0 {
+		return Result{}, fmt.Errorf("%w: warm start %v, standby price %v", ErrConfig, cfg.WarmStart, cfg.StandbyPrice)
+	}
+	if cfg.WarmStart == 0 {
+		cfg.WarmStart = cfg.ColdStart
+	}
+	if cfg.StandbyPrice == 0 {
+		cfg.StandbyPrice = DefaultStandbyPrice
+	}
 	dur := cfg.Duration
 	if dur <= 0 || dur > cfg.Trace.Duration() {
 		dur = cfg.Trace.Duration()
@@ -231,6 +263,9 @@ func Run(cfg Config) (Result, error) {
 	}
 
 	res := Result{Hours: map[placement.Key]float64{}}
+	// Instances started from standby: ready a warm start after their
+	// (re)start, the others a cold start after their launch.
+	st := &startup{cold: cfg.ColdStart, warm: cfg.WarmStart, started: map[string]bool{}}
 	noticed := map[string]bool{}
 	type notice struct {
 		at   time.Time
@@ -270,8 +305,8 @@ func Run(cfg Config) (Result, error) {
 			if err != nil {
 				return Result{}, err
 			}
-			d := cfg.Policy.Decide(placement.Input{Want: cfg.Want, Instances: views(insts, now, cfg.ColdStart), Offerings: offs, Memory: mem})
-			acted = len(d.Launches)+len(d.Retires) > 0
+			d := cfg.Policy.Decide(placement.Input{Want: cfg.Want, Instances: views(insts, now, st), Offerings: offs, Memory: mem})
+			acted = len(d.Launches)+len(d.Retires)+len(d.Starts) > 0
 			refused := false
 			for _, l := range d.Launches {
 				k := placement.Key{Zone: l.Zone, InstanceType: l.InstanceType, Market: l.Market}
@@ -286,7 +321,23 @@ func Run(cfg Config) (Result, error) {
 					res.Launches++
 				}
 			}
+			for _, s := range d.Starts {
+				if _, err := sim.Start(ctx, s.ID); err != nil {
+					return Result{}, fmt.Errorf("at %v: %w", now.Sub(t0), err)
+				}
+				st.started[s.ID] = true
+				res.Starts++
+			}
 			for _, r := range d.Retires {
+				if r.Stop {
+					// Out at once: the drain is the engine's (a
+					// stop follows only with N ready without it).
+					if err := sim.Stop(ctx, r.ID); err != nil {
+						return Result{}, fmt.Errorf("at %v: %w", now.Sub(t0), err)
+					}
+					res.Stops++
+					continue
+				}
 				if err := sim.Terminate(ctx, r.ID); err != nil {
 					return Result{}, err
 				}
@@ -306,19 +357,25 @@ func Run(cfg Config) (Result, error) {
 		// running out, an instance becoming ready, a memory entry
 		// expiring, the end of the warm-up; or the next step when this
 		// one acted (the next round looks again, as the engine's would).
-		next := nextEvent(now, t0, cfg, insts, mem, acted, scoreFrom, end)
+		next := nextEvent(now, t0, cfg, st, insts, mem, acted, scoreFrom, end)
 		if !now.Before(scoreFrom) {
 			span := next.Sub(now)
 			hours := span.Hours()
 			ready, serving := 0, 0
 			for _, in := range insts {
+				if isStopped(in) {
+					res.StandbyHours += hours
+					res.StandbyCost += cfg.StandbyPrice * hours
+					res.Cost += cfg.StandbyPrice * hours
+					continue
+				}
 				k := placement.Key{Zone: in.Zone, InstanceType: in.InstanceType, Market: in.Market}
 				res.Hours[k] += hours
 				res.Cost += prices[k] * hours
-				if isReady(in, now, cfg.ColdStart) {
+				if st.isReady(in, now) {
 					ready++
 				}
-				if !now.Before(in.LaunchedAt.Add(cfg.ColdStart)) {
+				if !now.Before(st.readyAt(in)) {
 					serving++
 				}
 			}
@@ -346,7 +403,7 @@ func Run(cfg Config) (Result, error) {
 				inServeDip, serveDipStart = true, now
 				res.ServingDips++
 				if cfg.LogDips {
-					res.DipLog = append(res.DipLog, dipAt(now, t0, cfg, serving, insts, func(from time.Time) (map[string]int, time.Time) {
+					res.DipLog = append(res.DipLog, dipAt(now, t0, cfg, st, serving, insts, func(from time.Time) (map[string]int, time.Time) {
 						lost, first := map[string]int{}, time.Time{}
 						for _, n := range notices {
 							if n.at.After(from) && !n.at.After(now) {
@@ -398,7 +455,7 @@ func Run(cfg Config) (Result, error) {
 // after a time (per zone) and the first one's time, servingAt the serving
 // count of the last step before a time, hadNotice whether a zone had a
 // notice in [from, to).
-func dipAt(now, t0 time.Time, cfg Config, serving int, insts []provider.Instance,
+func dipAt(now, t0 time.Time, cfg Config, st *startup, serving int, insts []provider.Instance,
 	lostSince func(time.Time) (map[string]int, time.Time), servingAt func(time.Time) int,
 	hadNotice func(zone string, from, to time.Time) bool) Dip {
 	notice := cfg.Notice
@@ -419,7 +476,7 @@ func dipAt(now, t0 time.Time, cfg Config, serving int, insts []provider.Instance
 	}
 	sort.Strings(d.Repeat)
 	for _, in := range insts {
-		if in.Market == provider.MarketOnDemand && now.Before(in.LaunchedAt.Add(cfg.ColdStart)) {
+		if in.Market == provider.MarketOnDemand && !isStopped(in) && now.Before(st.readyAt(in)) {
 			d.OnDemandStarting++
 		}
 	}
@@ -430,7 +487,7 @@ func dipAt(now, t0 time.Time, cfg Config, serving int, insts []provider.Instance
 // after now, on the step grid: the next trace step, a notice running out,
 // an instance becoming ready, a capacity memory entry expiring, the end of
 // the warm-up or of the run; the next step when this one acted.
-func nextEvent(now, t0 time.Time, cfg Config, insts []provider.Instance, mem *placement.CapacityMemory, acted bool, scoreFrom, end time.Time) time.Time {
+func nextEvent(now, t0 time.Time, cfg Config, st *startup, insts []provider.Instance, mem *placement.CapacityMemory, acted bool, scoreFrom, end time.Time) time.Time {
 	next := end
 	consider := func(t time.Time) {
 		if t.After(now) && t.Before(next) {
@@ -447,7 +504,9 @@ func nextEvent(now, t0 time.Time, cfg Config, insts []provider.Instance, mem *pl
 		if in.InterruptAt != nil {
 			consider(*in.InterruptAt)
 		}
-		consider(in.LaunchedAt.Add(cfg.ColdStart))
+		if !isStopped(in) {
+			consider(st.readyAt(in))
+		}
 	}
 	for _, b := range mem.List() {
 		consider(b.Until)
@@ -463,21 +522,42 @@ func nextEvent(now, t0 time.Time, cfg Config, insts []provider.Instance, mem *pl
 	return next
 }
 
-// isReady: past its cold start and not under a notice (the older rule, an
-// instance with a notice drained at once; placement also counts it as
-// Leaving, so its replacement is launched at the notice).
-func isReady(in provider.Instance, now time.Time, coldStart time.Duration) bool {
-	return in.InterruptAt == nil && !now.Before(in.LaunchedAt.Add(coldStart))
+// startup says when an instance is ready: a cold start after its launch,
+// or, once it has been started from standby, a warm start after its last
+// start (the simulator sets LaunchedAt to the start, as EC2's LaunchTime).
+type startup struct {
+	cold, warm time.Duration
+	started    map[string]bool
+}
+
+func (s *startup) readyAt(in provider.Instance) time.Time {
+	if s.started[in.ID] {
+		return in.LaunchedAt.Add(s.warm)
+	}
+	return in.LaunchedAt.Add(s.cold)
+}
+
+// isReady: running, past its cold (or warm) start and not under a notice
+// (the older rule, an instance with a notice drained at once; placement
+// also counts it as Leaving, so its replacement is launched at the
+// notice).
+func (s *startup) isReady(in provider.Instance, now time.Time) bool {
+	return !isStopped(in) && in.InterruptAt == nil && !now.Before(s.readyAt(in))
+}
+
+// isStopped: stopped or stopping (standby).
+func isStopped(in provider.Instance) bool {
+	return in.State == provider.StateStopped || in.State == provider.StateStopping
 }
 
 // views maps the simulator's instances to placement's.
-func views(insts []provider.Instance, now time.Time, coldStart time.Duration) []placement.Instance {
+func views(insts []provider.Instance, now time.Time, st *startup) []placement.Instance {
 	out := make([]placement.Instance, 0, len(insts))
 	for _, in := range insts {
 		out = append(out, placement.Instance{
 			ID: in.ID, Zone: in.Zone, InstanceType: in.InstanceType, Market: in.Market,
-			Ready: isReady(in, now, coldStart), Leaving: in.InterruptAt != nil || in.State == provider.StateTerminating,
-			LaunchedAt: in.LaunchedAt,
+			Ready: st.isReady(in, now), Leaving: in.InterruptAt != nil || in.State == provider.StateTerminating,
+			Stopped: isStopped(in), LaunchedAt: in.LaunchedAt,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -38,6 +38,11 @@ func TestRun(t *testing.T) {
 		spotHours  float64
 		cost       float64
 		refusedMin int
+		// Standby: starts, stops and stopped hours; metServing (0: not
+		// checked) is the engine's view.
+		starts, stops int
+		standbyHours  float64
+		metServing    time.Duration
 	}{
 		{
 			// 2 x 3.06 $/h for the 35 scored minutes, never short.
@@ -89,6 +94,39 @@ func TestRun(t *testing.T) {
 			met: 30 * time.Minute, dips: 1, longest: 5 * time.Minute, refusedMin: 1,
 			spotHours: -1, odHours: -1, cost: -1,
 		},
+		{
+			// Warm standby 1, warm start 1 min, eager fallback. At 0: spot,
+			// an on-demand stand-in (o1) and one for the standby (o2);
+			// at 5 all are ready: o2 is stopped, o1 terminated. At 10 the
+			// notice: o2 is started (ready at 11) and o3 launched to
+			// refill the standby (not retired while it starts). At 15
+			// o3 is ready and stopped (the younger ID of two started at
+			// 10). Spot is back at 22 (refused at 13, 16, 19), ready at
+			// 27, when o2 is terminated (the standby is full).
+			// Drained at notice, short from 10 to 11; the engine's view
+			// is never short.
+			name: "spot + eager fallback + warm standby",
+			cfg: Config{Want: 1, ColdStart: 5 * time.Minute, WarmStart: time.Minute,
+				Policy: placement.Policy{SpotFallback: true, EagerFallback: true, Standby: 1},
+				Trace:  trace(t, map[string][]int{"us-east-1a": eight(1, 1, 0, 0, 1, 1, 1, 1)})},
+			met: 34 * time.Minute, dips: 1, longest: time.Minute, refusedMin: 3, metServing: 35 * time.Minute,
+			// Spot 5-12 and 22-40; o2 runs 10-27, o3 10-15; stopped: o2
+			// 5-10, o3 15-40.
+			spotHours: 25 / 60.0, odHours: 22 / 60.0, standbyHours: 30 / 60.0,
+			cost:   25/60.0*0.316025 + 22/60.0*3.06 + 30/60.0*DefaultStandbyPrice,
+			starts: 1, stops: 2,
+		},
+		{
+			// The same without the standby: the stand-in launched at the
+			// notice is ready at 15; drained at notice short 10-15, the
+			// engine's view 12-15.
+			name: "spot + eager fallback, no standby",
+			cfg: Config{Want: 1, ColdStart: 5 * time.Minute, WarmStart: time.Minute,
+				Policy: placement.Policy{SpotFallback: true, EagerFallback: true},
+				Trace:  trace(t, map[string][]int{"us-east-1a": eight(1, 1, 0, 0, 1, 1, 1, 1)})},
+			met: 30 * time.Minute, dips: 1, longest: 5 * time.Minute, refusedMin: 3, metServing: 32 * time.Minute,
+			spotHours: -1, odHours: -1, cost: -1,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +154,13 @@ func TestRun(t *testing.T) {
 			if tc.cost >= 0 && !near(res.Cost, tc.cost) {
 				t.Errorf("cost %v, want %v", res.Cost, tc.cost)
 			}
-			if !near(res.CostAt(nil, 3.06), 3.06*(res.MarketHours(provider.MarketSpot)+res.MarketHours(provider.MarketOnDemand))) {
+			if res.Starts != tc.starts || res.Stops != tc.stops || !near(res.StandbyHours, tc.standbyHours) {
+				t.Errorf("starts %d stops %d standby hours %v, want %d %d %v", res.Starts, res.Stops, res.StandbyHours, tc.starts, tc.stops, tc.standbyHours)
+			}
+			if tc.metServing > 0 && res.MetServing != tc.metServing {
+				t.Errorf("met (engine's view) %v, want %v", res.MetServing, tc.metServing)
+			}
+			if !near(res.CostAt(nil, 3.06), res.StandbyCost+3.06*(res.MarketHours(provider.MarketSpot)+res.MarketHours(provider.MarketOnDemand))) {
 				t.Errorf("CostAt with every price at 3.06")
 			}
 		})
@@ -125,11 +169,14 @@ func TestRun(t *testing.T) {
 
 func TestRunConfigErrors(t *testing.T) {
 	tr := trace(t, map[string][]int{"a": {1}})
+	long := trace(t, map[string][]int{"a": {1, 1, 1, 1}})
 	for name, cfg := range map[string]Config{
-		"no trace":         {Want: 1},
-		"no want":          {Trace: tr},
-		"bad policy":       {Trace: tr, Want: 1, Policy: placement.Policy{Overprovision: -1}},
-		"warm-up too long": {Trace: tr, Want: 1},
+		"no trace":               {Want: 1},
+		"no want":                {Trace: tr},
+		"bad policy":             {Trace: tr, Want: 1, Policy: placement.Policy{Overprovision: -1}},
+		"warm-up too long":       {Trace: tr, Want: 1},
+		"negative warm start":    {Trace: long, Want: 1, Warmup: 5 * time.Minute, WarmStart: -time.Minute},
+		"negative standby price": {Trace: long, Want: 1, Warmup: 5 * time.Minute, StandbyPrice: -1},
 	} {
 		if _, err := Run(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)

@@ -53,6 +53,52 @@ type policyRow struct {
 	// preemptedMax > 0 makes the preempted hold adaptive, from
 	// preemptedTTL up to preemptedMax (CapacityMemory.SetPreemptedBackoff).
 	preemptedMax time.Duration
+	// warmStart of a started standby instance (policy.Standby > 0).
+	warmStart time.Duration
+}
+
+// standbyRows are the warm standby rows (issue 7): the best policies of
+// the tables above, with eager fallback (a notice is covered at once, by a
+// standby start) and without, with a standby of 2 and 4 stopped on-demand
+// instances and a warm start of 1 to 3 min.
+func standbyRows() []policyRow {
+	fb := placement.Policy{SpotFallback: true}
+	op2 := placement.Policy{SpotFallback: true, Overprovision: 2}
+	headline := regions(cover(capped(op2, 2), placement.DomainZone))
+	aws1 := cheapFirst(preemptedCap(preempted(cover(op2, placement.DomainZone)), 1))
+	bases := []policyRow{
+		{label: "spot + fallback, eager", policy: eager(fb)},
+		{label: "spot + fallback + overprovision 2, eager", policy: eager(op2)},
+		{label: "aws3 headline (op 2, max 2 per zone, regions first, zone-loss cover), eager", policy: eager(headline)},
+		{label: "aws1 best (op 2, cover preempted zones (adaptive 2 h..32 h), max 1 per preempted zone, cheap first), eager", policy: eager(aws1), preemptedTTL: 2 * time.Hour, preemptedMax: 32 * time.Hour},
+		{label: "aws1 cheapest (op 2, cover preempted zones (3 h), max 1 per preempted zone, cheap first), eager", policy: eager(aws1), preemptedTTL: 3 * time.Hour},
+	}
+	var rows []policyRow
+	for _, b := range bases {
+		for _, k := range []int{2, 4} {
+			for _, w := range []time.Duration{time.Minute, 90 * time.Second, 2 * time.Minute, 3 * time.Minute} {
+				r := b
+				r.policy.Standby, r.warmStart = k, w
+				rows = append(rows, r)
+			}
+		}
+	}
+	// Without eager fallback a notice is covered by a start only when its
+	// spot replacement cannot be placed.
+	for _, b := range []policyRow{
+		{label: "spot + fallback (lazy)", policy: fb},
+		{label: "aws3 headline (lazy)", policy: headline},
+		{label: "aws1 best (lazy)", policy: aws1, preemptedTTL: 2 * time.Hour, preemptedMax: 32 * time.Hour},
+	} {
+		b.policy.Standby, b.warmStart = 2, 2*time.Minute
+		rows = append(rows, b)
+	}
+	return rows
+}
+
+// rowKey names a row uniquely (standby rows share their label).
+func (r policyRow) key() string {
+	return fmt.Sprintf("%s|%d|%v", r.label, r.policy.Standby, r.warmStart)
 }
 
 func policyRows() []policyRow {
@@ -157,7 +203,7 @@ func TestSpotTraces(t *testing.T) {
 func replay(t *testing.T, name string, tr *spotsim.Trace) {
 	start := time.Now()
 	var jobs []outcome
-	for _, r := range policyRows() {
+	for _, r := range append(policyRows(), standbyRows()...) {
 		if r.coldStart == 0 {
 			r.coldStart = benchColdStart
 		}
@@ -181,7 +227,8 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 			if o.zone != "" {
 				p.Zones = []string{o.zone}
 			}
-			o.res, o.runErr = Run(Config{Trace: tr, Want: benchWant, Policy: p, ColdStart: o.row.coldStart, PreemptedTTL: o.row.preemptedTTL, PreemptedMax: o.row.preemptedMax})
+			o.res, o.runErr = Run(Config{Trace: tr, Want: benchWant, Policy: p, ColdStart: o.row.coldStart, PreemptedTTL: o.row.preemptedTTL, PreemptedMax: o.row.preemptedMax,
+				WarmStart: o.row.warmStart})
 		}(&jobs[i])
 	}
 	wg.Wait()
@@ -245,14 +292,18 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 		if g != "no / no" {
 			met = append(met, fmt.Sprintf("%s (%s)", label, g))
 		}
-		fmt.Fprintf(&b, "| %s | %.3f %% | %d | %s | %.3f %% | %.0f | %.0f | %.1f %% (saves %.1f %%) | %.1f %% | %.1f %% | %s |\n",
+		standby := ""
+		if strings.Count(label, " | ") == 2 { // a standby row
+			standby = fmt.Sprintf(" %.0f | %d |", r.StandbyHours, r.Starts)
+		}
+		fmt.Fprintf(&b, "| %s | %.3f %% | %d | %s | %.3f %% | %.0f | %.0f |%s %.1f %% (saves %.1f %%) | %.1f %% | %.1f %% | %s |\n",
 			label, 100*r.ServingAvailability(), r.ServingDips, r.LongestServingDip.Round(time.Second), 100*r.Availability(), r.MarketHours(provider.MarketSpot),
-			r.MarketHours(provider.MarketOnDemand), 100*catalog, 100*(1-catalog), 100*pl, 100*ph, g)
+			r.MarketHours(provider.MarketOnDemand), standby, 100*catalog, 100*(1-catalog), 100*pl, 100*ph, g)
 	}
 	for _, r := range policyRows() {
 		var group []outcome
 		for _, o := range jobs {
-			if o.row.label == r.label {
+			if o.row.key() == r.key() {
 				group = append(group, o)
 			}
 		}
@@ -263,6 +314,16 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 		sort.Slice(group, func(i, j int) bool { return group[i].res.ServingAvailability() > group[j].res.ServingAvailability() })
 		line(fmt.Sprintf("%s (best: %s)", r.label, group[0].zone), group[0].res)
 		line(fmt.Sprintf("%s (worst: %s)", r.label, group[len(group)-1].zone), group[len(group)-1].res)
+	}
+	fmt.Fprintf(&b, "\n%s, warm standby (stopped on-demand at %.4g $/h each; a start is ready after the warm start; standby fill launches are on-demand cold starts):\n\n", name, DefaultStandbyPrice)
+	fmt.Fprintf(&b, "| policy | standby | warm start | ready >= 4 (engine) | dips | longest dip | ready >= 4, drained at notice | spot h | on-demand h | standby h | starts | cost vs all on-demand (catalog) | (paper, cheap zone) | (paper, dear zone) | goal met at |\n")
+	fmt.Fprintf(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, r := range standbyRows() {
+		for _, o := range jobs {
+			if o.row.key() == r.key() {
+				line(fmt.Sprintf("%s | %d | %v", r.label, r.policy.Standby, r.warmStart), o.res)
+			}
+		}
 	}
 	if len(met) == 0 {
 		fmt.Fprintf(&b, "\nGoal (>= %.0f %% cheaper than all on-demand with ready >= 4 at least %.1f %% of the time): not met by any policy, at any price table.\n", 100*goalSavings, 100*goalAvailable)
@@ -275,7 +336,7 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 	// Sanity: more hedging never makes the pool less available.
 	avail := map[string]float64{}
 	for _, o := range jobs {
-		if o.zone == "" {
+		if o.zone == "" && o.row.policy.Standby == 0 {
 			avail[o.row.label] = o.res.ServingAvailability()
 		}
 	}
@@ -290,5 +351,40 @@ func replay(t *testing.T, name string, tr *spotsim.Trace) {
 		if avail[pair[1]] < avail[pair[0]] {
 			t.Errorf("%s: availability %.5f below %s: %.5f", pair[1], avail[pair[1]], pair[0], avail[pair[0]])
 		}
+	}
+	// Warm standby: a shorter warm start, or a larger standby, never
+	// makes the pool less available; with a warm start within the notice
+	// a standby of N covers every loss of eager fallback.
+	byKey := map[string]Result{}
+	for _, o := range jobs {
+		byKey[o.row.key()] = o.res
+	}
+	for _, r := range standbyRows() {
+		for _, w := range []time.Duration{time.Minute, 90 * time.Second, 2 * time.Minute} {
+			if w >= r.warmStart {
+				break
+			}
+			shorter := r
+			shorter.warmStart = w
+			res, ok := byKey[shorter.key()]
+			if !ok {
+				continue
+			}
+			if a, b := res.ServingAvailability(), byKey[r.key()].ServingAvailability(); a < b {
+				t.Errorf("%s, standby %d: warm start %v gives %.5f, below %.5f at %v", r.label, r.policy.Standby, w, a, b, r.warmStart)
+			}
+		}
+		if r.policy.Standby == 2 {
+			more := r
+			more.policy.Standby = 4
+			if res, ok := byKey[more.key()]; ok && res.ServingAvailability() < byKey[r.key()].ServingAvailability() {
+				t.Errorf("%s, warm start %v: standby 4 gives %.5f, below standby 2: %.5f", r.label, r.warmStart, res.ServingAvailability(), byKey[r.key()].ServingAvailability())
+			}
+		}
+	}
+	full := policyRow{label: "spot + fallback, eager", policy: placement.Policy{SpotFallback: true, EagerFallback: true, Standby: benchWant}, warmStart: spotsim.DefaultNotice}
+	if res := byKey[full.key()]; res.ServingAvailability() != 1 || res.Starts == 0 || res.StandbyHours == 0 {
+		t.Errorf("%s, standby %d, warm start %v: availability %.5f with %d starts and %.0f standby hours, want 1 (every loss covered within the notice)",
+			full.label, benchWant, full.warmStart, res.ServingAvailability(), res.Starts, res.StandbyHours)
 	}
 }

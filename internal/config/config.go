@@ -217,7 +217,7 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 		}
 	}
 	if pr := s.Pricing; pr != nil {
-		for name, v := range map[string]string{"onDemandPerHour": pr.OnDemandPerHour, "spotPerHour": pr.SpotPerHour} {
+		for name, v := range map[string]string{"onDemandPerHour": pr.OnDemandPerHour, "spotPerHour": pr.SpotPerHour, "standbyPerHour": pr.StandbyPerHour} {
 			if v == "" {
 				continue
 			}
@@ -257,6 +257,9 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 		}
 		if pl.CoverPreemptedOnly && pl.CoverLoss == "" {
 			errs = append(errs, field.Invalid(pp.Child("coverPreemptedOnly"), true, "needs spec.placement.coverLoss (Zone or Region)"))
+		}
+		if pl.Standby < 0 || pl.Standby > 100 {
+			errs = append(errs, field.Invalid(pp.Child("standby"), pl.Standby, "must be between 0 and 100"))
 		}
 		if pl.MaxPerPreemptedZone < 0 {
 			errs = append(errs, field.Invalid(pp.Child("maxPerPreemptedZone"), pl.MaxPerPreemptedZone, "must be >= 0 (0: no cap)"))

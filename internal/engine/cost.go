@@ -58,6 +58,30 @@ func Overrides(pool string, spec *tidev1.TidePoolSpec) ([]cost.Override, error) 
 	return out, nil
 }
 
+// DefaultStandbyPerHour prices a stopped standby instance when the pool's
+// spec.pricing.standbyPerHour is unset: its disk, taken as a 100 GB EBS gp3
+// volume at 0.08 USD per GB-month (https://aws.amazon.com/ebs/pricing/,
+// us-east-1), 730 hours a month.
+const DefaultStandbyPerHour = 100 * 0.08 / 730
+
+// standbyPrice is what a stopped instance of the pool costs per hour, and
+// where the figure comes from.
+func standbyPrice(spec *tidev1.TidePoolSpec) (cost.Price, error) {
+	p := cost.Price{PerHour: DefaultStandbyPerHour, Currency: "USD", Source: provider.PriceCatalog,
+		AsOf: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}
+	if pr := spec.Pricing; pr != nil && pr.StandbyPerHour != "" {
+		f, err := strconv.ParseFloat(pr.StandbyPerHour, 64)
+		if err != nil || f < 0 {
+			return p, fmt.Errorf("spec.pricing.standbyPerHour: %q is not a price: use a decimal such as 0.0111", pr.StandbyPerHour)
+		}
+		p = cost.Price{PerHour: f, Currency: "USD", Source: provider.PriceOverride}
+		if pr.Currency != "" {
+			p.Currency = pr.Currency
+		}
+	}
+	return p, nil
+}
+
 // costInfo describes an instance for the ledger. The spot-market simulator
 // replays AWS capacity traces, so its instances are priced as AWS's in the
 // region their zone belongs to.
@@ -110,10 +134,21 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 		}
 	}
 	infos := make([]cost.InstanceInfo, 0, len(insts))
+	stopped := map[string]bool{}
 	for _, in := range insts {
 		infos = append(infos, costInfo(in, p.deps.provider.Name(), spec))
+		if in.State == provider.StateStopped {
+			stopped[in.ID] = true
+		}
 	}
+	// A stopped standby instance is billed for its disk only, at the same
+	// list and effective price (a stopped disk saves nothing).
 	if err := c.Ledger.SyncPool(p.name, infos, now, func(i cost.InstanceInfo) (cost.Price, cost.Price, error) {
+		if stopped[i.ID] {
+			sp, err := standbyPrice(spec)
+			sp.Market = i.Market
+			return sp, sp, err
+		}
 		return res.Prices(i.Query(), now)
 	}); err != nil {
 		p.noteCostError(err)

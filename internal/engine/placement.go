@@ -4,6 +4,7 @@ import (
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/placement"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/registrar"
@@ -20,7 +21,7 @@ func PolicyFor(spec *tidev1.TidePoolSpec) (placement.Policy, bool) {
 		SpotFallback: fallback, EagerFallback: pl.EagerFallback && fallback, Zones: pl.AvailabilityZones,
 		MaxPerZone: int(pl.MaxPerZone), SpreadRegions: pl.SpreadRegions,
 		CoverLoss: placement.Domain(pl.CoverLoss), CoverPreemptedOnly: pl.CoverPreemptedOnly,
-		MaxPerPreemptedZone: int(pl.MaxPerPreemptedZone), CheapFirst: pl.CheapFirst}, true
+		MaxPerPreemptedZone: int(pl.MaxPerPreemptedZone), CheapFirst: pl.CheapFirst, Standby: int(pl.Standby)}, true
 }
 
 // offeringsRefresh paces offering look-ups for placement.
@@ -37,6 +38,9 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	src, ok := p.deps.provider.(provider.OfferingSource)
 	if !ok {
 		return false
+	}
+	if pol.Standby > 0 && !p.standbyUsable(spec) {
+		pol.Standby = 0
 	}
 	p.mu.Lock()
 	if p.capMem == nil {
@@ -68,11 +72,23 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	for _, d := range plan.Drains {
 		leaving[d.ID] = true
 	}
+	p.mu.Lock()
+	toStandby := map[string]bool{}
+	for id := range p.stopAfterDrain {
+		toStandby[id] = true
+	}
+	p.mu.Unlock()
 	insts := make([]placement.Instance, 0, len(views))
 	for _, v := range views {
-		insts = append(insts, placement.Instance{ID: v.ID, Zone: v.Zone, InstanceType: v.InstanceType, Market: v.Market,
-			Ready: v.Ready, LaunchedAt: v.LaunchedAt,
-			Leaving: leaving[v.ID] || v.State == provider.StateTerminating || v.InterruptAt != nil || v.DrainDeadline != nil})
+		in := placement.Instance{ID: v.ID, Zone: v.Zone, InstanceType: v.InstanceType, Market: v.Market,
+			Ready: v.Ready, LaunchedAt: v.LaunchedAt, Stopped: v.State == provider.StateStopped || v.State == provider.StateStopping,
+			Leaving: leaving[v.ID] || v.State == provider.StateTerminating || v.InterruptAt != nil || v.DrainDeadline != nil}
+		if toStandby[v.ID] && !in.Stopped && v.State != provider.StateTerminating {
+			// Draining on its way into standby: it is standby already (a
+			// start recalls it).
+			in.Stopped, in.Leaving, in.Ready = true, false, false
+		}
+		insts = append(insts, in)
 	}
 	if b := p.blockedUntil(); now.Before(b) {
 		// Launches wait for the backoff, retirements too; look again then.
@@ -89,10 +105,44 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	for _, v := range views {
 		byID[v.ID] = v
 	}
+	for _, st := range dec.Starts {
+		v := byID[st.ID]
+		switch {
+		case v.State == provider.StateStopped:
+			plan.Starts = append(plan.Starts, Start{ID: st.ID, Zone: v.Zone, InstanceType: v.InstanceType, Reason: st.Reason})
+			plan.Phases[st.ID] = tidev1.PhasePending
+		case v.State == provider.StateStopping:
+			// It must be stopped before it can start: look again soon.
+			if plan.Requeue == 0 || time.Second < plan.Requeue {
+				plan.Requeue = time.Second
+			}
+		default:
+			// Still draining on its way into standby: recall it.
+			p.mu.Lock()
+			delete(p.stopAfterDrain, st.ID)
+			delete(p.drains, st.ID)
+			p.mu.Unlock()
+			p.deps.recorder.Eventf(events.TypeNormal, "Recalled", p.name, st.ID, "%s serves again instead of going into standby: %s", st.ID, st.Reason)
+			plan.Requeue = time.Millisecond
+		}
+	}
 	retired := map[string]bool{}
 	for _, r := range dec.Retires {
 		v := byID[r.ID]
 		retired[r.ID] = true
+		if r.Stop && pol.Standby > 0 {
+			if v.Ready && v.Address != "" {
+				p.mu.Lock()
+				p.stopAfterDrain[r.ID] = true
+				p.mu.Unlock()
+				plan.Drains = append(plan.Drains, Drain{ID: r.ID, Deadline: now.Add(DrainTimeout(spec)), Reason: r.Reason + " (then stopped into standby)"})
+				plan.Phases[r.ID] = tidev1.PhaseDraining
+			} else {
+				plan.Stops = append(plan.Stops, Termination{ID: r.ID, Reason: r.Reason})
+				plan.Phases[r.ID] = tidev1.PhaseStandby
+			}
+			continue
+		}
 		if v.Ready && v.Address != "" {
 			plan.Drains = append(plan.Drains, Drain{ID: r.ID, Deadline: now.Add(DrainTimeout(spec)), Reason: r.Reason})
 			plan.Phases[r.ID] = tidev1.PhaseDraining

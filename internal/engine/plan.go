@@ -66,6 +66,15 @@ type Termination struct {
 	Reason string
 }
 
+// Start asks the provider to start a stopped standby instance (in place of
+// an on-demand launch).
+type Start struct {
+	ID string
+	// Zone and InstanceType are the instance's, for the capacity memory.
+	Zone, InstanceType string
+	Reason             string
+}
+
 // Launch asks the provider for one more instance.
 type Launch struct {
 	Market provider.Market
@@ -82,10 +91,16 @@ type Plan struct {
 	Drains       []Drain
 	Terminations []Termination
 	Launches     []Launch
+	// Starts are standby instances to start; Stops are instances to stop
+	// into standby (already drained or never ready), in place of
+	// terminating them.
+	Starts []Start
+	Stops  []Termination
 	// Requeue is when to plan again at the latest (0: only on events).
 	Requeue time.Duration
-	// Desired, Serving and Ready summarise the pool for status.
-	Desired, Serving, Ready int32
+	// Desired, Serving and Ready summarise the pool for status; Standby
+	// counts its stopped instances.
+	Desired, Serving, Ready, Standby int32
 	// Phases gives every live instance's phase for status.
 	Phases map[string]string
 }
@@ -133,6 +148,10 @@ func Compute(in Input) Plan {
 		switch {
 		case v.State == provider.StateTerminating:
 			p.Phases[v.ID] = tidev1.PhaseTerminating
+		case v.State == provider.StateStopped || v.State == provider.StateStopping:
+			// A warm standby: not serving, not starting, never timed out.
+			p.Phases[v.ID] = tidev1.PhaseStandby
+			p.Standby++
 		case v.InterruptAt != nil || v.DrainDeadline != nil:
 			deadline := drainDeadline(v)
 			reason := "drain deadline reached"

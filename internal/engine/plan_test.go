@@ -72,6 +72,13 @@ func TestCompute(t *testing.T) {
 			launches: 2,
 		},
 		{
+			name: "a stopped standby neither serves, counts, nor times out",
+			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true),
+				stopped(inst("s", 48*time.Hour, false)), func() View { v := stopped(inst("t", time.Hour, true)); v.State = provider.StateStopping; return v }()}},
+			targets: []string{"a", "b"}, ready: 2,
+			phases: map[string]string{"a": tidev1.PhaseReady, "b": tidev1.PhaseReady, "s": tidev1.PhaseStandby, "t": tidev1.PhaseStandby},
+		},
+		{
 			name:    "steady pool does nothing",
 			in:      Input{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true)}},
 			targets: []string{"a", "b"}, ready: 2,
@@ -287,4 +294,10 @@ func TestDesiredReplicas(t *testing.T) {
 			t.Errorf("DesiredReplicas(%d..%d, %v) = %d, want %d", tc.s.Minimum, tc.s.Maximum, tc.s.Replicas, got, tc.want)
 		}
 	}
+}
+
+func stopped(v View) View {
+	v.State = provider.StateStopped
+	v.Market = provider.MarketOnDemand
+	return v
 }

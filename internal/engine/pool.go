@@ -40,20 +40,26 @@ type Pool struct {
 	trigger chan struct{}
 	done    chan struct{}
 
-	mu          sync.Mutex
-	spec        tidev1.TidePoolSpec
-	generation  int64
-	ready       map[string]bool
-	drains      map[string]time.Time
-	notices     map[string]time.Time // reclaim notices from agents on the instances
-	probing     map[string]context.CancelFunc
-	lost        map[string]string // id → why, for the next launch's "replacing" note
-	status      tidev1.TidePoolStatus
-	failures    int // consecutive failed rounds
-	launchFails int // consecutive failed launches
-	blocked     time.Time
-	lastTargets []registrar.Target
-	synced      bool
+	mu         sync.Mutex
+	spec       tidev1.TidePoolSpec
+	generation int64
+	ready      map[string]bool
+	drains     map[string]time.Time
+	// stopAfterDrain marks on-demand instances retired into standby: once
+	// drained they are stopped, not terminated.
+	stopAfterDrain map[string]bool
+	// noStandby: the provider refused a stop as unsupported; standbyWarned:
+	// the StandbyUnsupported event was recorded.
+	noStandby, standbyWarned bool
+	notices                  map[string]time.Time // reclaim notices from agents on the instances
+	probing                  map[string]context.CancelFunc
+	lost                     map[string]string // id → why, for the next launch's "replacing" note
+	status                   tidev1.TidePoolStatus
+	failures                 int // consecutive failed rounds
+	launchFails              int // consecutive failed launches
+	blocked                  time.Time
+	lastTargets              []registrar.Target
+	synced                   bool
 
 	// cost
 	budgetAt       time.Time
@@ -100,15 +106,16 @@ type deps struct {
 
 func newPool(name string, d *deps) *Pool {
 	return &Pool{
-		name:    name,
-		deps:    d,
-		trigger: make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		ready:   map[string]bool{},
-		drains:  map[string]time.Time{},
-		notices: map[string]time.Time{},
-		probing: map[string]context.CancelFunc{},
-		lost:    map[string]string{},
+		name:           name,
+		deps:           d,
+		trigger:        make(chan struct{}, 1),
+		done:           make(chan struct{}),
+		ready:          map[string]bool{},
+		drains:         map[string]time.Time{},
+		stopAfterDrain: map[string]bool{},
+		notices:        map[string]time.Time{},
+		probing:        map[string]context.CancelFunc{},
+		lost:           map[string]string{},
 	}
 }
 
@@ -267,6 +274,27 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 			delete(p.notices, id)
 		}
 	}
+	// A stopped standby instance keeps its id but nothing of its serving
+	// past: once started it must pass its readiness probe again.
+	for _, in := range insts {
+		if in.State == provider.StateStopped || in.State == provider.StateStopping {
+			delete(p.ready, in.ID)
+			delete(p.drains, in.ID)
+			delete(p.notices, in.ID)
+			delete(p.stopAfterDrain, in.ID)
+			live[in.ID] = false
+		}
+	}
+	for i := range views {
+		if views[i].State == provider.StateStopped || views[i].State == provider.StateStopping {
+			views[i].Ready, views[i].DrainDeadline = false, nil
+		}
+	}
+	for id := range p.stopAfterDrain {
+		if _, ok := live[id]; !ok {
+			delete(p.stopAfterDrain, id)
+		}
+	}
 	for id, cancel := range p.probing {
 		if !live[id] {
 			cancel()
@@ -328,8 +356,26 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		d.recorder.Eventf(events.TypeNormal, "Draining", p.name, dr.ID, "draining %s until %s: %s", dr.ID, dr.Deadline.Format(time.RFC3339), dr.Reason)
 	}
 
-	// 3. Terminations.
+	// 3. Terminations, and stops into standby: a drained instance marked
+	// to stop is stopped instead of terminated.
 	var errs []error
+	p.mu.Lock()
+	var terms []Termination
+	for _, t := range plan.Terminations {
+		if p.stopAfterDrain[t.ID] {
+			plan.Stops = append(plan.Stops, Termination{ID: t.ID, Reason: "drained into standby"})
+			plan.Phases[t.ID] = tidev1.PhaseStandby
+			continue
+		}
+		terms = append(terms, t)
+	}
+	p.mu.Unlock()
+	plan.Terminations = terms
+	for _, st := range plan.Stops {
+		if err := p.stop(ctx, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, t := range plan.Terminations {
 		if err := d.provider.Terminate(ctx, t.ID); err != nil {
 			errs = append(errs, fmt.Errorf("terminating %s: %w", t.ID, err))
@@ -340,8 +386,10 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		d.recorder.Eventf(events.TypeNormal, "Terminating", p.name, t.ID, "terminating %s: %s", t.ID, t.Reason)
 	}
 
-	// 4. Launches, concurrently: a replacement must not wait for another.
-	launched := p.launch(ctx, &spec, plan.Launches)
+	// 4. Standby starts and launches, concurrently: a replacement must not
+	// wait for another.
+	started := p.start(ctx, plan.Starts)
+	launched := append(p.launch(ctx, &spec, plan.Launches), started...)
 
 	// 5. Readiness probes for running instances not yet ready.
 	for _, v := range views {
@@ -720,7 +768,14 @@ func (p *Pool) writeStatus(generation int64, views []View, launched []provider.I
 			LaunchedAt: metav1.NewTime(in.LaunchedAt), Weight: p.weights[in.ID],
 		})
 	}
+	fresh := map[string]bool{}
+	for _, in := range launched {
+		fresh[in.ID] = true
+	}
 	for _, v := range views {
+		if fresh[v.ID] {
+			continue // a standby started this round: shown as launched below
+		}
 		phase := plan.Phases[v.ID]
 		if phase == "" {
 			phase = tidev1.PhaseStarting
@@ -736,6 +791,10 @@ func (p *Pool) writeStatus(generation int64, views []View, launched []provider.I
 	}
 	sort.Slice(st.Instances, func(i, j int) bool { return st.Instances[i].ID < st.Instances[j].ID })
 	st.Spot = spot
+	st.Standby = plan.Standby + int32(len(plan.Stops)) - int32(len(plan.Starts))
+	if st.Standby < 0 {
+		st.Standby = 0
+	}
 
 	if plan.Ready >= plan.Desired {
 		p.setConditionLocked(tidev1.ConditionReady, metav1.ConditionTrue, "Ready", fmt.Sprintf("%d of %d instances ready", plan.Ready, plan.Desired))

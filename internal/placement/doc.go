@@ -17,7 +17,8 @@
 // # The policy, precisely
 //
 // Counting. Instances that are Leaving (an interruption notice, a drain, a
-// termination) count for nothing: they are going. Every other instance is
+// termination) count for nothing: they are going. Stopped instances count
+// for nothing live either (see Warm standby). Every other instance is
 // live; live instances whose market is not on-demand are spot. Ready means
 // the instance serves traffic.
 //
@@ -97,6 +98,40 @@
 // holding the most, then the most expensive; then the youngest. A ready
 // instance is retired only while the pool keeps at least N ready instances
 // without it, so a retirement never takes the pool below N ready.
+//
+// Warm standby. With Standby = K > 0 the pool keeps K stopped on-demand
+// instances (an EC2 Auto Scaling warm pool's Stopped instances): each was
+// Ready once, so its disk holds the model; stopped, it costs only its disk,
+// and started it serves after a warm start. An instance that is Stopped
+// (stopped or stopping) and not Leaving counts for nothing live (not spot,
+// not on-demand, not ready); if it is on-demand it is standby, else it is
+// retired. A standby instance can be started when, with K > 0, it is in
+// Zones (when set) and its on-demand offering is not Blocked in the
+// CapacityMemory; the others are noted. Every on-demand launch above
+// (base, fallback, cover) first takes a startable standby instance
+// instead (Decision.Starts; one start replaces one launch): the cheapest
+// (by its on-demand offering's price), then the one whose zone holds the
+// fewest of the pool's live instances (counting what is decided), then
+// the oldest, then ID order; launches are made only for what standby
+// cannot give. With standbyLeft the standby not started now, the
+// on-demand retirements (Retirement, above) are decided as without a
+// standby, then:
+// each retired Ready on-demand instance, in their order, is stopped
+// instead of terminated (Retire.Stop) while standbyLeft + stops < K; and,
+// while N > 0, the last min(r, K - standbyLeft - stops) of the r not-ready
+// on-demand instances retired (last in retirement order: the cheapest,
+// then the oldest) are kept instead, to fill the standby; a not-ready
+// instance is never stopped, as it has not loaded its model yet. Then,
+// while N > 0, with held the live on-demand after this decision (starts
+// and launches added, retirements taken away) beyond min(keepOD, L), L the
+// on-demand count launched up to above, the pool launches K - (standbyLeft
+// + stops + held) more on-demand instances (when positive) for the standby,
+// on offerings chosen as for the other on-demand launches; each reason
+// says so. Such an instance is surplus once it is Ready, and is then
+// stopped while the standby is short. Stopped standby beyond K is
+// terminated: first those that cannot be started, then the dearest (then
+// the youngest). K = 0 (the default) starts and
+// stops nothing, and terminates every stopped instance.
 //
 // What it does not do: move running spot instances to rebalance zones (as
 // SpotHedge, it places replacements and new instances only; MaxPerZone

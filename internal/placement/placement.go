@@ -70,6 +70,20 @@ type Policy struct {
 	// pool's spot only breaks ties. Spread then comes from MaxPerZone and
 	// MaxPerPreemptedZone; without a cap the pool fills the cheapest zone.
 	CheapFirst bool `json:"cheapFirst,omitempty"`
+	// Standby is the number of stopped on-demand instances to keep as a
+	// warm standby (the Stopped instances of an EC2 Auto Scaling warm
+	// pool): instances that were Ready once, so their disk holds the
+	// model, and were then stopped. A stopped instance costs only its
+	// disk, and starting it serves after a warm start, much shorter than
+	// a cold one. Every on-demand launch the policy wants (base,
+	// fallback, cover) starts a standby instance instead while one is
+	// there (Decision.Starts); ready on-demand instances it retires are
+	// stopped (Retire.Stop) rather than terminated while the standby is
+	// short; and while N > 0 it launches extra on-demand instances to
+	// fill the standby, which are not retired before they are Ready and
+	// then stopped. 0 (the default) turns it off: nothing is started or
+	// stopped, and stopped instances are terminated.
+	Standby int `json:"standby,omitempty"`
 }
 
 // Domain is a failure domain: instances in one fail together.
@@ -104,6 +118,9 @@ func (p Policy) Validate() error {
 	if p.MaxPerZone < 0 {
 		errs = append(errs, fmt.Errorf("%w: maxPerZone %d: want 0 (no cap) or more", ErrInvalidPolicy, p.MaxPerZone))
 	}
+	if p.Standby < 0 {
+		errs = append(errs, fmt.Errorf("%w: standby %d: want 0 (off) or more", ErrInvalidPolicy, p.Standby))
+	}
 	if p.OnDemandBase < 0 {
 		errs = append(errs, fmt.Errorf("%w: onDemandBase %d: want 0 or more", ErrInvalidPolicy, p.OnDemandBase))
 	}
@@ -130,6 +147,12 @@ type Instance struct {
 	// Leaving: it has an interruption notice, is draining or terminating;
 	// it counts for nothing and is never retired here.
 	Leaving bool `json:"leaving,omitempty"`
+	// Stopped: it is stopped or stopping (provider.StateStopped or
+	// StateStopping), keeping its disk. It counts for nothing live: not
+	// spot, not on-demand, not ready. A stopped on-demand instance that
+	// is not Leaving is standby (Policy.Standby); any other stopped
+	// instance is retired.
+	Stopped bool `json:"stopped,omitempty"`
 	// LaunchedAt orders retirements (youngest first).
 	LaunchedAt time.Time `json:"launchedAt"`
 }
@@ -157,8 +180,22 @@ type Launch struct {
 	Reason       string          `json:"reason"`
 }
 
-// Retire asks to take an instance out (drain it if ready, then terminate).
+// Retire asks to take an instance out (drain it if ready, then terminate,
+// or stop it when Stop is set).
 type Retire struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+	// Stop: stop the instance instead of terminating it, keeping it as
+	// warm standby (Policy.Standby). Only set for a Ready on-demand
+	// instance (one that has loaded its model); the engine drains it
+	// first, as any ready retirement.
+	Stop bool `json:"stop,omitempty"`
+}
+
+// Start asks to start a stopped standby instance, in place of one
+// on-demand launch: it serves after a warm start. A start of an instance
+// that is still stopping has to wait until it is stopped.
+type Start struct {
 	ID     string `json:"id"`
 	Reason string `json:"reason"`
 }
@@ -173,6 +210,9 @@ type Decision struct {
 	Launches []Launch `json:"launches,omitempty"`
 	// Retires, in the order decided.
 	Retires []Retire `json:"retires,omitempty"`
+	// Starts are standby instances to start, each in place of one
+	// on-demand launch (Policy.Standby), in the order decided.
+	Starts []Start `json:"starts,omitempty"`
 	// Unplaced counts the spot launches wanted that no usable offering
 	// could take.
 	Unplaced int `json:"unplaced,omitempty"`
@@ -192,7 +232,7 @@ type counts struct {
 func count(insts []Instance) counts {
 	c := counts{spotByZone: map[string]int{}, spotReadyByZone: map[string]int{}, spotByRegion: map[string]int{}, allByZone: map[string]int{}}
 	for _, in := range insts {
-		if in.Leaving {
+		if in.Leaving || in.Stopped {
 			continue
 		}
 		c.allByZone[in.Zone]++
@@ -294,13 +334,11 @@ func (p Policy) Decide(in Input) Decision {
 		keep, launchTo = max(keep, coverKeep), max(launchTo, coverLaunch)
 	}
 	d.OnDemandTarget = keep
+	prices := priceIndex(in.Offerings)
+	startable, idle := p.standby(in, &d)
+	standby := len(startable) + len(idle)
+	odLaunched := 0
 	for i := c.odLive; i < launchTo; i++ {
-		o, ok := pickOnDemand(odOffers, c.allByZone)
-		if !ok {
-			d.Notes = append(d.Notes, fmt.Sprintf("%d on-demand launches not placed: no usable on-demand offering", launchTo-i))
-			break
-		}
-		c.allByZone[o.Zone]++
 		why := fmt.Sprintf("on-demand base %d of %d", i+1, base)
 		switch {
 		case i >= base && p.CoverLoss != "" && (!p.SpotFallback || i >= base+max(0, (n-base)-(c.spotLive+placed))):
@@ -310,15 +348,32 @@ func (p Policy) Decide(in Input) Decision {
 			why = fmt.Sprintf("on-demand fallback %d of %d: %d of %d spot ready, %d live or placed",
 				i+1-base, launchTo-base, c.spotReady, n-base, c.spotLive+placed)
 		}
+		if x, ok := pickStandby(&startable, c.allByZone, prices); ok {
+			c.allByZone[x.Zone]++
+			d.Starts = append(d.Starts, Start{ID: x.ID, Reason: fmt.Sprintf("start standby in %s instead of an on-demand launch (%d of %d standby left): %s",
+				x.Zone, standby-len(d.Starts)-1, p.Standby, why)})
+			continue
+		}
+		o, ok := pickOnDemand(odOffers, c.allByZone)
+		if !ok {
+			d.Notes = append(d.Notes, fmt.Sprintf("%d on-demand launches not placed: no usable on-demand offering", launchTo-i))
+			break
+		}
+		c.allByZone[o.Zone]++
+		odLaunched++
 		d.Launches = append(d.Launches, launchOf(o, why+", "+priceText(o)))
 	}
+	standbyLeft := standby - len(d.Starts)
 
 	// Retirements: never below N ready.
 	ready := c.spotReady + c.odReady
-	prices := priceIndex(in.Offerings)
+	odRetired, stops := 0, 0
 	if excess := c.odLive - keep; excess > 0 {
-		cands := filter(in.Instances, func(x Instance) bool { return !x.Leaving && x.Market == provider.MarketOnDemand })
+		cands := filter(in.Instances, func(x Instance) bool {
+			return !x.Leaving && !x.Stopped && x.Market == provider.MarketOnDemand
+		})
 		sortRetire(cands, nil, prices)
+		var out []Instance // as decided without a standby: not ready first
 		for _, x := range cands {
 			if excess == 0 {
 				break
@@ -326,19 +381,87 @@ func (p Policy) Decide(in Input) Decision {
 			if x.Ready && ready-1 < n {
 				continue
 			}
-			why := fmt.Sprintf("on-demand %d above target %d", c.odLive, keep)
-			if p.SpotFallback && c.odLive > base {
-				why = fmt.Sprintf("fallback no longer needed: %d spot ready of %d", c.spotReady, n-base)
-			}
 			if x.Ready {
 				ready--
 			}
-			d.Retires = append(d.Retires, Retire{ID: x.ID, Reason: why})
+			out = append(out, x)
 			excess--
+		}
+		why := fmt.Sprintf("on-demand %d above target %d", c.odLive, keep)
+		if p.SpotFallback && c.odLive > base {
+			why = fmt.Sprintf("fallback no longer needed: %d spot ready of %d", c.spotReady, n-base)
+		}
+		// Ready ones fill the standby first (stopped, not terminated);
+		// then not-ready ones are kept to fill what is left of it, the
+		// last to retire (the oldest) kept first.
+		stop := map[string]bool{}
+		for _, x := range out {
+			if x.Ready && standbyLeft+stops < p.Standby {
+				stop[x.ID] = true
+				stops++
+			}
+		}
+		notReady := 0
+		for _, x := range out {
+			if !x.Ready {
+				notReady++
+			}
+		}
+		protect := 0
+		if n > 0 {
+			protect = min(notReady, max(0, p.Standby-standbyLeft-stops))
+		}
+		seen, stopped := 0, 0
+		for _, x := range out {
+			r := Retire{ID: x.ID, Reason: why}
+			if !x.Ready {
+				if seen++; seen > notReady-protect {
+					continue
+				}
+			}
+			if stop[x.ID] {
+				r.Stop = true
+				r.Reason += fmt.Sprintf("; stopped as warm standby %d of %d", standbyLeft+stopped+1, p.Standby)
+				stopped++
+			}
+			d.Retires = append(d.Retires, r)
+			odRetired++
+		}
+	}
+
+	// Standby fill: on-demand launched to be stopped once Ready, while
+	// the standby plus the on-demand held beyond what the pool needs now
+	// is short of Standby.
+	if p.Standby > 0 && n > 0 {
+		held := max(0, c.odLive+len(d.Starts)+odLaunched-odRetired-min(keep, launchTo))
+		for k := standbyLeft + stops + held; k < p.Standby; k++ {
+			o, ok := pickOnDemand(odOffers, c.allByZone)
+			if !ok {
+				d.Notes = append(d.Notes, fmt.Sprintf("%d standby launches not placed: no usable on-demand offering", p.Standby-k))
+				break
+			}
+			c.allByZone[o.Zone]++
+			d.Launches = append(d.Launches, launchOf(o, fmt.Sprintf("on-demand for warm standby %d of %d (to be stopped once ready): %d stopped, %d stopping now, %d on-demand held beyond the %d needed, %s",
+				k+1, p.Standby, standbyLeft, stops, held, min(keep, launchTo), priceText(o))))
+		}
+	}
+	// Stopped instances beyond the standby are terminated: those that
+	// cannot be started first, then the dearest.
+	if extra := standbyLeft - p.Standby; extra > 0 {
+		rev := slices.Clone(startable)
+		slices.Reverse(rev)
+		order := append(slices.Clone(idle), rev...)
+		for _, x := range order[:extra] {
+			d.Retires = append(d.Retires, Retire{ID: x.ID, Reason: fmt.Sprintf("standby: %d stopped, above %d", standbyLeft, p.Standby)})
+		}
+	}
+	for _, x := range in.Instances {
+		if x.Stopped && !x.Leaving && x.Market != provider.MarketOnDemand {
+			d.Retires = append(d.Retires, Retire{ID: x.ID, Reason: fmt.Sprintf("stopped %s instance: only on-demand instances are standby", x.Market)})
 		}
 	}
 	if excess := c.spotLive - spotTarget; excess > 0 {
-		cands := filter(in.Instances, func(x Instance) bool { return !x.Leaving && x.Market != provider.MarketOnDemand })
+		cands := filter(in.Instances, func(x Instance) bool { return !x.Leaving && !x.Stopped && x.Market != provider.MarketOnDemand })
 		byZone := count(in.Instances).spotByZone
 		for ; excess > 0 && len(cands) > 0; excess-- {
 			// Re-rank after each pick: the zone holding the most changes.
@@ -357,6 +480,72 @@ func (p Policy) Decide(in Input) Decision {
 		}
 	}
 	return d
+}
+
+// standby returns the pool's stopped on-demand instances that are not
+// Leaving: those a start may take (with Standby > 0, in Zones when set,
+// their on-demand offering not Blocked), cheapest first, then the oldest,
+// then by ID; and the others, noting why they are not started.
+func (p Policy) standby(in Input, d *Decision) (startable, idle []Instance) {
+	prices := priceIndex(in.Offerings)
+	for _, x := range in.Instances {
+		if !x.Stopped || x.Leaving || x.Market != provider.MarketOnDemand {
+			continue
+		}
+		k := Key{x.Zone, x.InstanceType, x.Market}
+		switch b, blocked := in.Memory.Blocked(k); {
+		case p.Standby == 0:
+			idle = append(idle, x)
+		case len(p.Zones) > 0 && !slices.Contains(p.Zones, x.Zone):
+			d.Notes = append(d.Notes, fmt.Sprintf("standby %s in %s not started: outside the policy's zones", x.ID, x.Zone))
+			idle = append(idle, x)
+		case blocked:
+			d.Notes = append(d.Notes, fmt.Sprintf("standby %s in %s not started until %s: %s", x.ID, x.Zone, b.Until.UTC().Format(time.RFC3339), b.Why))
+			idle = append(idle, x)
+		default:
+			startable = append(startable, x)
+		}
+	}
+	sort.SliceStable(startable, func(i, j int) bool {
+		a, b := startable[i], startable[j]
+		pa, pb := price(provider.Offering{PricePerHour: prices[Key{a.Zone, a.InstanceType, a.Market}]}), price(provider.Offering{PricePerHour: prices[Key{b.Zone, b.InstanceType, b.Market}]})
+		if pa != pb {
+			return pa < pb
+		}
+		if !a.LaunchedAt.Equal(b.LaunchedAt) {
+			return a.LaunchedAt.Before(b.LaunchedAt)
+		}
+		return a.ID < b.ID
+	})
+	return startable, idle
+}
+
+// pickStandby takes from xs (in the order standby returns) the cheapest,
+// then the one whose zone holds the fewest of the pool's live instances,
+// then the first.
+func pickStandby(xs *[]Instance, byZone map[string]int, prices map[Key]float64) (Instance, bool) {
+	best := -1
+	for i, x := range *xs {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := (*xs)[best]
+		px := price(provider.Offering{PricePerHour: prices[Key{x.Zone, x.InstanceType, x.Market}]})
+		pb := price(provider.Offering{PricePerHour: prices[Key{b.Zone, b.InstanceType, b.Market}]})
+		if px != pb {
+			break // sorted by price: the rest are dearer
+		}
+		if byZone[x.Zone] < byZone[b.Zone] {
+			best = i
+		}
+	}
+	if best < 0 {
+		return Instance{}, false
+	}
+	x := (*xs)[best]
+	*xs = slices.Delete(*xs, best, best+1)
+	return x, true
 }
 
 // usable splits the offerings that may take a launch by market, sorted for

@@ -494,6 +494,8 @@ func TestValidate(t *testing.T) {
 		{"eager without fallback", Policy{EagerFallback: true}, "eagerFallback needs spotFallback"},
 		{"empty zone", Policy{Zones: []string{""}}, "empty zone name"},
 		{"negative maxPerZone", Policy{MaxPerZone: -1}, "maxPerZone -1"},
+		{"negative standby", Policy{Standby: -1}, "standby -1"},
+		{"standby", Policy{Standby: 4, SpotFallback: true}, ""},
 		{"negative maxPerPreemptedZone", Policy{MaxPerPreemptedZone: -2}, "maxPerPreemptedZone -2"},
 		{"unknown cover domain", Policy{CoverLoss: "Rack"}, `coverLoss "Rack"`},
 		{"preempted-only cover without a domain", Policy{CoverPreemptedOnly: true}, "coverPreemptedOnly needs coverLoss"},

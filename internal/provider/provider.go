@@ -229,3 +229,26 @@ type Offering struct {
 type OfferingSource interface {
 	Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]Offering, error)
 }
+
+// AsStopper returns p's Stopper when the provider at the bottom of p's
+// decorators (reached through Unwrap() Provider methods) can stop and start
+// instances: p itself when it passes stops on (as decorators do, metering
+// them), else that innermost provider.
+func AsStopper(p Provider) (Stopper, bool) {
+	inner := p
+	for inner != nil {
+		w, ok := inner.(interface{ Unwrap() Provider })
+		if !ok {
+			break
+		}
+		inner = w.Unwrap()
+	}
+	is, ok := inner.(Stopper)
+	if !ok {
+		return nil, false
+	}
+	if s, ok := p.(Stopper); ok {
+		return s, true
+	}
+	return is, true
+}

@@ -133,3 +133,29 @@ func (p *Provider) Reclaim(ctx context.Context, id string, notice time.Duration)
 	}
 	return r.Reclaim(ctx, id, notice)
 }
+
+// Stop passes a stop to the wrapped provider, metered, or fails with
+// provider.ErrNotSupported.
+func (p *Provider) Stop(ctx context.Context, id string) error {
+	s, ok := p.inner.(provider.Stopper)
+	if !ok {
+		return fmt.Errorf("stop on provider %s: %w", p.inner.Name(), provider.ErrNotSupported)
+	}
+	start := time.Now()
+	err := s.Stop(ctx, id)
+	p.observe("Stop", start, err)
+	return err
+}
+
+// Start passes a start to the wrapped provider, metered, or fails with
+// provider.ErrNotSupported.
+func (p *Provider) Start(ctx context.Context, id string) (provider.Instance, error) {
+	s, ok := p.inner.(provider.Stopper)
+	if !ok {
+		return provider.Instance{}, fmt.Errorf("start on provider %s: %w", p.inner.Name(), provider.ErrNotSupported)
+	}
+	start := time.Now()
+	in, err := s.Start(ctx, id)
+	p.observe("Start", start, err)
+	return in, err
+}

@@ -89,6 +89,7 @@ var (
 	_ provider.EventSource    = (*Provider)(nil)
 	_ provider.Reclaimer      = (*Provider)(nil)
 	_ provider.OfferingSource = (*Provider)(nil)
+	_ provider.Stopper        = (*Provider)(nil)
 )
 
 // Options configure a Provider.
@@ -745,6 +746,60 @@ func (p *Provider) List(ctx context.Context, pool string) ([]provider.Instance, 
 		}
 	}
 	return linsts, nil
+}
+
+// ErrNotStoppable is returned by Stop for an instance the simulator cannot
+// stop: a spot instance (as on EC2, a one-time spot instance cannot be
+// stopped), or any instance in process mode.
+var ErrNotStoppable = errors.New("instance cannot be stopped")
+
+// Stop stops an on-demand instance of the process-less market, keeping it
+// as a warm standby (provider.Stopper): it is listed as StateStopped and
+// serves nothing until Start. Stopping a stopped instance is not an error.
+// In process mode stops are not supported.
+func (p *Provider) Stop(ctx context.Context, id string) error {
+	if err := p.call(ctx, "stop", &p.stats.Terminates); err != nil {
+		return err
+	}
+	defer p.mu.Unlock()
+	if p.opts.Local != nil {
+		return fmt.Errorf("sim stop %s: %w (process mode)", id, provider.ErrNotSupported)
+	}
+	in := p.insts[id]
+	switch {
+	case in == nil:
+		return fmt.Errorf("sim stop %s: %w", id, ErrNotFound)
+	case in.Market != provider.MarketOnDemand:
+		return fmt.Errorf("sim stop %s: %w: a %s instance", id, ErrNotStoppable, in.Market)
+	case in.State == provider.StateStopped:
+		return nil
+	}
+	in.State = provider.StateStopped
+	p.events.Push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(in.Instance), Message: "stopped"})
+	return nil
+}
+
+// Start starts a stopped instance again (provider.Stopper); it is Running
+// at once with its address, and its LaunchedAt is the time of the start (as
+// EC2's LaunchTime). Starting a running instance is not an error.
+func (p *Provider) Start(ctx context.Context, id string) (provider.Instance, error) {
+	if err := p.call(ctx, "start", &p.stats.Launches); err != nil {
+		return provider.Instance{}, err
+	}
+	defer p.mu.Unlock()
+	if p.opts.Local != nil {
+		return provider.Instance{}, fmt.Errorf("sim start %s: %w (process mode)", id, provider.ErrNotSupported)
+	}
+	in := p.insts[id]
+	if in == nil {
+		return provider.Instance{}, fmt.Errorf("sim start %s: %w", id, ErrNotFound)
+	}
+	if in.State == provider.StateStopped {
+		// As EC2's LaunchTime, LaunchedAt becomes the time of this start.
+		in.State, in.LaunchedAt = provider.StateRunning, p.clock.Now()
+		p.events.Push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(in.Instance), Message: "started"})
+	}
+	return cloneInstance(in.Instance), nil
 }
 
 // Reclaim plays a reclaim of one instance, as provider.Reclaimer says.

@@ -639,3 +639,50 @@ func TestProcesses(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// An on-demand instance stops into a warm standby and starts again; spot
+// and unknown instances refuse, and the process mode says it cannot.
+func TestStopStart(t *testing.T) {
+	tr := mkTrace(t, map[string][]int{"us-east-1a": {4}})
+	p, _ := newSim(t, Options{Trace: tr, Address: "127.0.0.1:1"})
+	ctx := context.Background()
+	od := mustLaunch(t, p, "pool", "us-east-1a", provider.MarketOnDemand)
+	sp := mustLaunch(t, p, "pool", "us-east-1a", provider.MarketSpot)
+	if err := p.Stop(ctx, od.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(ctx, od.ID); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	state := func(id string) provider.State {
+		insts, err := p.List(ctx, "pool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range insts {
+			if in.ID == id {
+				return in.State
+			}
+		}
+		return ""
+	}
+	if s := state(od.ID); s != provider.StateStopped {
+		t.Fatalf("after Stop: %s, want Stopped", s)
+	}
+	if err := p.Stop(ctx, sp.ID); !errors.Is(err, ErrNotStoppable) {
+		t.Errorf("stopping spot: %v, want ErrNotStoppable", err)
+	}
+	if err := p.Stop(ctx, "sim-nosuch"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("stopping an unknown instance: %v", err)
+	}
+	in, err := p.Start(ctx, od.ID)
+	if err != nil || in.State != provider.StateRunning || in.Address != "127.0.0.1:1" {
+		t.Fatalf("Start: %+v, %v", in, err)
+	}
+	if s := state(od.ID); s != provider.StateRunning {
+		t.Errorf("after Start: %s", s)
+	}
+	if _, err := p.Start(ctx, od.ID); err != nil {
+		t.Errorf("starting a running instance: %v", err)
+	}
+}

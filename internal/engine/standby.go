@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/placement"
+	"github.com/tidegpu/tidegpu/internal/provider"
+)
+
+// stop stops an instance into standby. A provider that cannot stop (or
+// refuses this instance) gets a termination instead, so that nothing is
+// left running that the pool no longer wants.
+func (p *Pool) stop(ctx context.Context, st Termination) error {
+	d := p.deps
+	s, ok := provider.AsStopper(d.provider)
+	var err error
+	if ok {
+		err = s.Stop(ctx, st.ID)
+		if err == nil {
+			d.recorder.Eventf(events.TypeNormal, "Stopped", p.name, st.ID, "stopped %s into standby: %s", st.ID, st.Reason)
+			return nil
+		}
+	} else {
+		err = provider.ErrNotSupported
+	}
+	if errors.Is(err, provider.ErrNotSupported) {
+		// Not this provider (or not in this mode): no standby from now on.
+		p.mu.Lock()
+		p.noStandby = true
+		p.mu.Unlock()
+	}
+	d.recorder.Eventf(events.TypeWarning, "StopFailed", p.name, st.ID, "cannot stop %s into standby (%v): terminating it instead", st.ID, err)
+	if terr := d.provider.Terminate(ctx, st.ID); terr != nil {
+		return fmt.Errorf("terminating %s after a failed stop: %w", st.ID, terr)
+	}
+	return nil
+}
+
+// start starts standby instances, concurrently, and returns those started.
+func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
+	if len(ss) == 0 {
+		return nil
+	}
+	d := p.deps
+	s, ok := provider.AsStopper(d.provider)
+	if !ok {
+		return nil
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out []provider.Instance
+	)
+	for _, st := range ss {
+		wg.Add(1)
+		go func(st Start) {
+			defer wg.Done()
+			in, err := s.Start(ctx, st.ID)
+			p.mu.Lock()
+			mem := p.capMem
+			p.mu.Unlock()
+			if mem != nil && st.Zone != "" {
+				// A start refused for capacity skips the offering for a
+				// while: the next round launches elsewhere instead.
+				mem.Observe(placement.Key{Zone: st.Zone, InstanceType: st.InstanceType, Market: provider.MarketOnDemand}, err)
+			}
+			if err != nil {
+				d.recorder.Eventf(events.TypeWarning, "StartFailed", p.name, st.ID, "starting standby %s failed: %v", st.ID, err)
+				return
+			}
+			d.metrics.launches.WithLabelValues(p.name, string(in.Market)).Inc()
+			d.recorder.Eventf(events.TypeNormal, "Started", p.name, in.ID, "started standby %s at %s: %s", in.ID, orDash(in.Address), st.Reason)
+			mu.Lock()
+			out = append(out, in)
+			mu.Unlock()
+		}(st)
+	}
+	wg.Wait()
+	return out
+}
+
+// standbyUsable says whether the pool's provider can keep a warm standby;
+// it records once why not when the spec asks for one.
+func (p *Pool) standbyUsable(spec *tidev1.TidePoolSpec) bool {
+	if spec.Placement == nil || spec.Placement.Standby == 0 {
+		return false
+	}
+	p.mu.Lock()
+	no := p.noStandby
+	p.mu.Unlock()
+	if _, ok := provider.AsStopper(p.deps.provider); ok && !no {
+		return true
+	}
+	p.mu.Lock()
+	warned := p.standbyWarned
+	p.standbyWarned = true
+	p.mu.Unlock()
+	if !warned {
+		p.deps.recorder.Eventf(events.TypeWarning, "StandbyUnsupported", p.name, "",
+			"spec.placement.standby: provider %s cannot stop instances; the pool runs without a warm standby", p.deps.provider.Name())
+	}
+	return false
+}

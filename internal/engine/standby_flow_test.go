@@ -1,0 +1,112 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/engine"
+	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
+	"github.com/tidegpu/tidegpu/internal/registrar"
+	"github.com/tidegpu/tidegpu/test/testbin"
+)
+
+// A pool with spec.placement.standby on the simulated spot market: it
+// fills its warm standby (on-demand instances launched, Ready once, then
+// stopped), and when its zone loses all spot capacity the fallback STARTS
+// the standby instances instead of launching new ones.
+func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	defer ok.Close()
+	// 300x: one 5-minute step per second; spot capacity 2 for 8 steps, then none.
+	capacity := make([]int, 600)
+	for i := range 8 {
+		capacity[i] = 2
+	}
+	tr, err := spotsim.NewTrace([]spotsim.ZoneTrace{{Zone: "us-east-1a", Gap: 5 * time.Minute, Capacity: capacity}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sim, err := spotsim.New(spotsim.Options{Trace: tr, Compression: 300, Notice: 2 * time.Minute,
+		Address: ok.Listener.Addr().String(), Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	rec := events.NewRecorder(1000, nil, discard)
+	m, err := engine.NewManager(engine.Options{Provider: sim, Registrar: registrar.Nop{}, Recorder: rec, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { sim.Run(ctx); done <- struct{}{} }()
+	go func() { m.Run(ctx); done <- struct{}{} }()
+	defer func() { cancel(); <-done; <-done }()
+
+	zero := int32(0)
+	m.Apply(&tidev1.TidePool{ObjectMeta: metav1.ObjectMeta{Name: "chat", Generation: 1}, Spec: tidev1.TidePoolSpec{
+		Provider: tidev1.ProviderSim, InstanceType: "p3.2xlarge", Minimum: 2, Maximum: 2,
+		Serving:   tidev1.ServingSpec{ReadinessPath: "/"},
+		Placement: &tidev1.PlacementSpec{Standby: 2, EagerFallback: true},
+		// The Nop registrar cannot say when a drain is done: end drains at once.
+		DrainSeconds: &zero,
+	}})
+	status := func() tidev1.TidePoolStatus { v, _ := m.Pool("chat"); return v.Status }
+	byPhase := func(st tidev1.TidePoolStatus, phase, market string) []string {
+		var ids []string
+		for _, in := range st.Instances {
+			if in.Phase == phase && in.Market == market {
+				ids = append(ids, in.ID)
+			}
+		}
+		return ids
+	}
+	var standby []string
+	if _, met := testbin.Eventually(6*time.Second, func() bool {
+		st := status()
+		standby = byPhase(st, tidev1.PhaseStandby, string(provider.MarketOnDemand))
+		return len(standby) == 2 && len(byPhase(st, tidev1.PhaseReady, string(provider.MarketSpot))) == 2
+	}); !met {
+		t.Fatalf("no 2 spot Ready + 2 on-demand Standby before the zone ran dry: %+v", status().Instances)
+	}
+	// The zone runs dry after 8 s: the standby instances serve in place of
+	// the spot ones, and no other on-demand instance is launched.
+	var serving []string
+	if _, met := testbin.Eventually(15*time.Second, func() bool {
+		serving = byPhase(status(), tidev1.PhaseReady, string(provider.MarketOnDemand))
+		return len(serving) == 2
+	}); !met {
+		t.Fatalf("the standby did not take over: %+v", status().Instances)
+	}
+	slices.Sort(serving)
+	slices.Sort(standby)
+	if !slices.Equal(serving, standby) {
+		t.Errorf("on-demand serving %v, want the standby instances %v started", serving, standby)
+	}
+	launchedOD, started := 0, 0
+	for _, e := range rec.List(0, "chat") {
+		switch e.Reason {
+		case "Launched":
+			if slices.Contains(standby, e.Instance) {
+				launchedOD++
+			}
+		case "Started":
+			started++
+		}
+	}
+	if started != 2 || launchedOD != 2 {
+		t.Errorf("%d starts and %d on-demand launches, want 2 and 2 (the fill only)", started, launchedOD)
+	}
+}
