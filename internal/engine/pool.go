@@ -306,7 +306,8 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 
 	var current, ready int32
 	for _, v := range views {
-		if v.State != provider.StateTerminating && v.InterruptAt == nil && v.DrainDeadline == nil {
+		if v.State != provider.StateTerminating && v.State != provider.StateStopped && v.State != provider.StateStopping &&
+			v.InterruptAt == nil && v.DrainDeadline == nil {
 			current++
 			if v.Ready {
 				ready++
