@@ -38,6 +38,19 @@ type View struct {
 	DrainDeadline *time.Time
 	// InFlight is the number of requests it still serves, -1 when unknown.
 	InFlight int
+	// StartedAt is when the engine last started it from standby (zero:
+	// never). Providers may keep the first launch time in LaunchedAt (CVM's
+	// CreatedTime does), so the start timeout counts from the later one.
+	StartedAt time.Time
+}
+
+// since is when the instance's current start began: its launch, or its
+// last start from standby.
+func (v View) since() time.Time {
+	if v.StartedAt.After(v.LaunchedAt) {
+		return v.StartedAt
+	}
+	return v.LaunchedAt
 }
 
 // Input is everything a plan depends on.
@@ -166,7 +179,7 @@ func Compute(in Input) Plan {
 				draining = append(draining, v)
 				p.Phases[v.ID] = tidev1.PhaseDraining
 			}
-		case !v.Ready && now.Sub(v.LaunchedAt) >= startTimeout:
+		case !v.Ready && now.Sub(v.since()) >= startTimeout:
 			p.Terminations = append(p.Terminations, Termination{ID: v.ID,
 				Reason: fmt.Sprintf("not ready %s after launch", startTimeout)})
 			p.Phases[v.ID] = tidev1.PhaseTerminating
@@ -201,7 +214,7 @@ func Compute(in Input) Plan {
 			p.Targets = append(p.Targets, registrar.Target{ID: v.ID, Address: v.Address})
 			continue
 		}
-		requeue(v.LaunchedAt.Add(startTimeout).Sub(now))
+		requeue(v.since().Add(startTimeout).Sub(now))
 		if v.State == provider.StatePending {
 			p.Phases[v.ID] = tidev1.PhasePending
 		} else {

@@ -79,6 +79,25 @@ func TestCompute(t *testing.T) {
 			phases: map[string]string{"a": tidev1.PhaseReady, "b": tidev1.PhaseReady, "s": tidev1.PhaseStandby, "t": tidev1.PhaseStandby},
 		},
 		{
+			name: "a standby started just now is not timed out by its old launch time",
+			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true),
+				func() View { v := inst("s", 48*time.Hour, false); v.StartedAt = t0.Add(-10 * time.Second); return v }()}},
+			targets: []string{"a"}, ready: 1,
+			phases:     map[string]string{"a": tidev1.PhaseReady, "s": tidev1.PhaseStarting},
+			maxRequeue: DefaultLocalStartTimeout,
+		},
+		{
+			name: "a started standby that never became ready is replaced after the start timeout",
+			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true),
+				func() View {
+					v := inst("s", 48*time.Hour, false)
+					v.StartedAt = t0.Add(-2 * DefaultLocalStartTimeout)
+					return v
+				}()}},
+			targets: []string{"a"}, ready: 1, terminations: []string{"s"}, launches: 1,
+			phases: map[string]string{"a": tidev1.PhaseReady, "s": tidev1.PhaseTerminating},
+		},
+		{
 			name:    "steady pool does nothing",
 			in:      Input{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true)}},
 			targets: []string{"a", "b"}, ready: 2,

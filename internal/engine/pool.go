@@ -48,6 +48,8 @@ type Pool struct {
 	// stopAfterDrain marks on-demand instances retired into standby: once
 	// drained they are stopped, not terminated.
 	stopAfterDrain map[string]bool
+	// startedAt is when the engine last started an instance from standby.
+	startedAt map[string]time.Time
 	// noStandby: the provider refused a stop as unsupported; standbyWarned:
 	// the StandbyUnsupported event was recorded.
 	noStandby, standbyWarned bool
@@ -113,6 +115,7 @@ func newPool(name string, d *deps) *Pool {
 		ready:          map[string]bool{},
 		drains:         map[string]time.Time{},
 		stopAfterDrain: map[string]bool{},
+		startedAt:      map[string]time.Time{},
 		notices:        map[string]time.Time{},
 		probing:        map[string]context.CancelFunc{},
 		lost:           map[string]string{},
@@ -244,7 +247,7 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	views := make([]View, 0, len(insts))
 	for _, in := range insts {
 		live[in.ID] = true
-		v := View{Instance: in, Ready: p.ready[in.ID], InFlight: -1}
+		v := View{Instance: in, Ready: p.ready[in.ID], InFlight: -1, StartedAt: p.startedAt[in.ID]}
 		if dl, ok := p.drains[in.ID]; ok {
 			dl := dl
 			v.DrainDeadline = &dl
@@ -282,6 +285,7 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 			delete(p.drains, in.ID)
 			delete(p.notices, in.ID)
 			delete(p.stopAfterDrain, in.ID)
+			delete(p.startedAt, in.ID)
 			live[in.ID] = false
 		}
 	}
@@ -293,6 +297,11 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	for id := range p.stopAfterDrain {
 		if _, ok := live[id]; !ok {
 			delete(p.stopAfterDrain, id)
+		}
+	}
+	for id := range p.startedAt {
+		if _, ok := live[id]; !ok {
+			delete(p.startedAt, id)
 		}
 	}
 	for id, cancel := range p.probing {
@@ -640,10 +649,14 @@ func (p *Pool) markReady(in provider.Instance) {
 	p.mu.Lock()
 	delete(p.probing, in.ID)
 	p.ready[in.ID] = true
+	from, how := in.LaunchedAt, "launch"
+	if at, ok := p.startedAt[in.ID]; ok && at.After(from) {
+		from, how = at, "warm start"
+	}
 	p.mu.Unlock()
-	took := p.deps.clock.Since(in.LaunchedAt)
+	took := p.deps.clock.Since(from)
 	p.deps.metrics.readySeconds.WithLabelValues(p.name).Observe(took.Seconds())
-	p.deps.recorder.Eventf(events.TypeNormal, "Ready", p.name, in.ID, "%s ready at %s after %s", in.ID, in.Address, took.Round(time.Millisecond))
+	p.deps.recorder.Eventf(events.TypeNormal, "Ready", p.name, in.ID, "%s ready at %s %s after its %s", in.ID, in.Address, took.Round(time.Millisecond), how)
 	p.Trigger()
 }
 

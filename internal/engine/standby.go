@@ -75,6 +75,9 @@ func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
 			}
 			d.metrics.launches.WithLabelValues(p.name, string(in.Market)).Inc()
 			d.recorder.Eventf(events.TypeNormal, "Started", p.name, in.ID, "started standby %s at %s: %s", in.ID, orDash(in.Address), st.Reason)
+			p.mu.Lock()
+			p.startedAt[in.ID] = d.clock.Now()
+			p.mu.Unlock()
 			mu.Lock()
 			out = append(out, in)
 			mu.Unlock()
