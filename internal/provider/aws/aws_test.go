@@ -30,7 +30,13 @@ type env struct {
 // SDK over a real socket.
 func newEnv(t *testing.T, mod func(*Options)) *env {
 	t.Helper()
-	srv := ec2test.NewServer(ec2test.Options{Region: "us-east-1"})
+	return newEnvOn(t, ec2test.Options{Region: "us-east-1"}, mod)
+}
+
+// newEnvOn is newEnv with the fake's own options.
+func newEnvOn(t *testing.T, fake ec2test.Options, mod func(*Options)) *env {
+	t.Helper()
+	srv := ec2test.NewServer(fake)
 	t.Cleanup(srv.Close)
 	clk := fakeclock.NewFakeClock(t0)
 	o := Options{

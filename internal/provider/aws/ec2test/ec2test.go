@@ -204,6 +204,10 @@ type Options struct {
 	Region string
 	// Now is the fake's clock for launch times; default time.Now.
 	Now func() time.Time
+	// PrivateIP gives the private address of the n-th instance (n from 1);
+	// default 10.0.x.y. A test whose engine probes instances sets it to a
+	// loopback address where its inference stand-in listens.
+	PrivateIP func(n int) string
 }
 
 type iceKey struct{ zone, instanceType, market string }
@@ -219,9 +223,10 @@ type Server struct {
 	// URL is the endpoint to give the SDK (BaseEndpoint).
 	URL string
 
-	ts     *httptest.Server
-	now    func() time.Time
-	region string
+	ts        *httptest.Server
+	now       func() time.Time
+	privateIP func(n int) string
+	region    string
 
 	mu               sync.Mutex
 	order            []string
@@ -244,6 +249,7 @@ type Server struct {
 // NewServer starts a fake EC2 endpoint; Close it when done.
 func NewServer(opts Options) *Server {
 	s := &Server{
+		privateIP: opts.PrivateIP,
 		now:       opts.Now,
 		region:    opts.Region,
 		instances: map[string]*Instance{},
@@ -252,6 +258,9 @@ func NewServer(opts Options) *Server {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.privateIP == nil {
+		s.privateIP = privateIP
 	}
 	if s.region == "" {
 		s.region = "us-east-1"
@@ -394,7 +403,7 @@ func (s *Server) Put(in Instance) string {
 		in.Market = MarketOnDemand
 	}
 	if in.PrivateIP == "" {
-		in.PrivateIP = privateIP(n)
+		in.PrivateIP = s.privateIP(n)
 	}
 	if in.PublicIP == "" && in.State == StateRunning {
 		in.PublicIP = publicIP(n)
@@ -733,7 +742,7 @@ func (s *Server) runInstances(form url.Values) result {
 			SubnetID:         form.Get("SubnetId"),
 			SecurityGroupIDs: list(form, "SecurityGroupId"),
 			State:            StatePending,
-			PrivateIP:        privateIP(n),
+			PrivateIP:        s.privateIP(n),
 			ClientToken:      token,
 			Market:           market,
 			Tags:             cloneMap(specs["instance"]),
