@@ -151,6 +151,11 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 			plan.Phases[r.ID] = tidev1.PhaseTerminating
 		}
 	}
+	if len(plan.Drains) > 0 && (plan.Requeue == 0 || plan.Requeue > drainPoll) {
+		// Follow the drains just decided: they end once idle or at their
+		// deadline, which only a round notices.
+		plan.Requeue = drainPoll
+	}
 	if len(retired) > 0 {
 		kept := plan.Targets[:0]
 		for _, t := range plan.Targets {

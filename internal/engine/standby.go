@@ -28,8 +28,10 @@ func (p *Pool) stop(ctx context.Context, st Termination) error {
 	} else {
 		err = provider.ErrNotSupported
 	}
-	if errors.Is(err, provider.ErrNotSupported) {
+	var one *provider.NotStoppableError
+	if errors.Is(err, provider.ErrNotSupported) && !errors.As(err, &one) {
 		// Not this provider (or not in this mode): no standby from now on.
+		// A NotStoppableError is about one instance only.
 		p.mu.Lock()
 		p.noStandby = true
 		p.mu.Unlock()

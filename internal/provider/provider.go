@@ -230,6 +230,38 @@ type OfferingSource interface {
 	Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]Offering, error)
 }
 
+// NotStoppableError says that one instance cannot be stopped (and kept as
+// a warm standby) while the provider can stop others: a spot instance,
+// which EC2 does not stop, or one whose billing cannot stop (a prepaid CVM
+// instance). It unwraps to ErrNotSupported and the cloud's answer, if any,
+// so a caller can terminate that instance instead.
+type NotStoppableError struct {
+	ID string
+	// Kind is what the instance is: its market or its charge type.
+	Kind string
+	// Reason says why, for people.
+	Reason string
+	// Err is the cloud's answer when it refused; nil when refused before
+	// asking.
+	Err error
+}
+
+func (e *NotStoppableError) Error() string {
+	s := fmt.Sprintf("instance %s (%s) cannot be stopped: %s", e.ID, e.Kind, e.Reason)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrNotSupported and the cloud's error, if any.
+func (e *NotStoppableError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrNotSupported}
+	}
+	return []error{ErrNotSupported, e.Err}
+}
+
 // AsStopper returns p's Stopper when the provider at the bottom of p's
 // decorators (reached through Unwrap() Provider methods) can stop and start
 // instances: p itself when it passes stops on (as decorators do, metering

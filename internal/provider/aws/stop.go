@@ -57,34 +57,10 @@ var ErrNotFound = errors.New("instance not found")
 // stopped.
 var ErrIncorrectState = errors.New("instance is not in a state that allows this operation")
 
-// NotStoppableError says an instance cannot be stopped (and kept as a warm
-// standby): it is a spot instance, which EC2 does not stop, or EC2 refused
-// the stop as unsupported. It unwraps to provider.ErrNotSupported, so a
-// caller can fall back to terminating.
-type NotStoppableError struct {
-	ID     string
-	Market provider.Market
-	// Reason says why, for people.
-	Reason string
-	// Err is EC2's answer when EC2 refused; nil when refused before asking.
-	Err error
-}
-
-func (e *NotStoppableError) Error() string {
-	s := fmt.Sprintf("instance %s (%s) cannot be stopped: %s", e.ID, e.Market, e.Reason)
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Unwrap returns provider.ErrNotSupported and EC2's error, if any.
-func (e *NotStoppableError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{provider.ErrNotSupported}
-	}
-	return []error{provider.ErrNotSupported, e.Err}
-}
+// NotStoppableError is provider.NotStoppableError: a spot instance, which
+// EC2 does not stop, or a stop EC2 refused as unsupported. Kind is the
+// instance's market.
+type NotStoppableError = provider.NotStoppableError
 
 // described is one instance as DescribeInstances reports it, with the
 // ownership its tags say.
@@ -161,7 +137,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 	}
 	if m := d.market(); m != provider.MarketOnDemand {
 		return fmt.Errorf("stopping in %s: %w", p.opts.Region,
-			&NotStoppableError{ID: id, Market: m, Reason: "EC2 does not stop one-time spot instances; terminate it instead"})
+			&NotStoppableError{ID: id, Kind: string(m), Reason: "EC2 does not stop one-time spot instances; terminate it instead"})
 	}
 	switch d.state() {
 	case types.InstanceStateNameStopping, types.InstanceStateNameStopped:
@@ -172,7 +148,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 	if err != nil {
 		if errorCode(err) == codeUnsupportedOperation {
 			return fmt.Errorf("stopping in %s: %w", p.opts.Region,
-				&NotStoppableError{ID: id, Market: d.market(), Reason: "EC2 refused the stop", Err: err})
+				&NotStoppableError{ID: id, Kind: string(d.market()), Reason: "EC2 refused the stop", Err: err})
 		}
 		return fmt.Errorf("stopping %s (%s) in %s: %w", id, d.state(), p.opts.Region, stopAPIError(err))
 	}

@@ -252,7 +252,7 @@ func TestStopRefusesSpot(t *testing.T) {
 	e.srv.Advance()
 	err = e.p.Stop(ctx, inst.ID)
 	var ns *NotStoppableError
-	if !errors.As(err, &ns) || ns.ID != inst.ID || ns.Market != provider.MarketSpot || ns.Err != nil {
+	if !errors.As(err, &ns) || ns.ID != inst.ID || ns.Kind != string(provider.MarketSpot) || ns.Err != nil {
 		t.Fatalf("stop spot: %v", err)
 	}
 	if !errors.Is(err, provider.ErrNotSupported) {

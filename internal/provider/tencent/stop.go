@@ -65,35 +65,10 @@ var ErrNotOwned = errors.New("instance is not owned by this installation")
 // starting an instance that is still STOPPING.
 var ErrIncorrectState = errors.New("instance is not in a state that allows this operation")
 
-// NotStoppableError says an instance cannot be stopped without charges
-// (and kept as a warm standby): it is not pay-as-you-go (spot, prepaid), or
-// the API refused STOP_CHARGING for it. It unwraps to
-// provider.ErrNotSupported, so a caller can fall back to terminating.
-type NotStoppableError struct {
-	ID         string
-	ChargeType string
-	// Reason says why, for people.
-	Reason string
-	// Err is the API's answer when the API refused; nil when refused
-	// before asking.
-	Err error
-}
-
-func (e *NotStoppableError) Error() string {
-	s := fmt.Sprintf("instance %s (%s) cannot be stopped without charges: %s", e.ID, e.ChargeType, e.Reason)
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Unwrap returns provider.ErrNotSupported and the API's error, if any.
-func (e *NotStoppableError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{provider.ErrNotSupported}
-	}
-	return []error{provider.ErrNotSupported, e.Err}
-}
+// NotStoppableError is provider.NotStoppableError: a spot or prepaid
+// instance, or one the API refused STOP_CHARGING for. Kind is the
+// instance's charge type.
+type NotStoppableError = provider.NotStoppableError
 
 // stopParams is the StopInstances request body.
 type stopParams struct {
@@ -158,7 +133,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 		return fmt.Errorf("tencent: stopping %s: %w", id, err)
 	}
 	if c.InstanceChargeType != tidev1.ChargeOnDemand {
-		return fmt.Errorf("tencent: stopping: %w", &NotStoppableError{ID: id, ChargeType: c.InstanceChargeType,
+		return fmt.Errorf("tencent: stopping: %w", &NotStoppableError{ID: id, Kind: c.InstanceChargeType,
 			Reason: "only pay-as-you-go (POSTPAID_BY_HOUR) instances stop without charges; terminate it instead"})
 	}
 	switch c.InstanceState {
@@ -173,7 +148,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 	case err == nil, code == codeStatePrefix+"Stopping", code == codeStatePrefix+"Stopped":
 		return nil
 	case code == codeStopChargingNotOK:
-		return fmt.Errorf("tencent: stopping: %w", &NotStoppableError{ID: id, ChargeType: c.InstanceChargeType,
+		return fmt.Errorf("tencent: stopping: %w", &NotStoppableError{ID: id, Kind: c.InstanceChargeType,
 			Reason: "the API refused STOP_CHARGING", Err: err})
 	}
 	return fmt.Errorf("tencent: stopping %s (%s): %w", id, c.InstanceState, stateError(err))

@@ -173,7 +173,7 @@ func TestStopRefusesSpotAndPrepaid(t *testing.T) {
 	for id, charge := range map[string]string{spot.ID: "SPOTPAID", prepaid: "PREPAID"} {
 		err := p.Stop(ctx(t), id)
 		var ns *tencent.NotStoppableError
-		if !errors.As(err, &ns) || ns.ID != id || ns.ChargeType != charge || ns.Err != nil || !errors.Is(err, provider.ErrNotSupported) {
+		if !errors.As(err, &ns) || ns.ID != id || ns.Kind != charge || ns.Err != nil || !errors.Is(err, provider.ErrNotSupported) {
 			t.Errorf("stop %s: %v", charge, err)
 		}
 	}
