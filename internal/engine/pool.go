@@ -243,25 +243,14 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 	p.mu.Lock()
 	spec := *p.spec.DeepCopy()
 	generation := p.generation
+	// What the engine knows of an instance (readiness, drain, notice, a
+	// pending stop, its last start) lives as long as it runs: it is
+	// forgotten once the instance is gone, and when it is stopped into
+	// standby, since once started it must pass its readiness probe again.
 	live := map[string]bool{}
-	views := make([]View, 0, len(insts))
 	for _, in := range insts {
-		live[in.ID] = true
-		v := View{Instance: in, Ready: p.ready[in.ID], InFlight: -1, StartedAt: p.startedAt[in.ID]}
-		if dl, ok := p.drains[in.ID]; ok {
-			dl := dl
-			v.DrainDeadline = &dl
-		}
-		if at, ok := p.notices[in.ID]; ok && (v.InterruptAt == nil || at.Before(*v.InterruptAt)) {
-			at := at
-			v.InterruptAt = &at
-		}
-		if rep, ok := d.registrar.(registrar.InFlightReporter); ok {
-			v.InFlight = rep.InFlight(in.ID)
-		}
-		views = append(views, v)
+		live[in.ID] = in.State != provider.StateStopped && in.State != provider.StateStopping
 	}
-	// Forget what we knew of instances that are gone.
 	for id := range p.ready {
 		if !live[id] {
 			delete(p.ready, id)
@@ -277,32 +266,31 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 			delete(p.notices, id)
 		}
 	}
-	// A stopped standby instance keeps its id but nothing of its serving
-	// past: once started it must pass its readiness probe again.
-	for _, in := range insts {
-		if in.State == provider.StateStopped || in.State == provider.StateStopping {
-			delete(p.ready, in.ID)
-			delete(p.drains, in.ID)
-			delete(p.notices, in.ID)
-			delete(p.stopAfterDrain, in.ID)
-			delete(p.startedAt, in.ID)
-			live[in.ID] = false
-		}
-	}
-	for i := range views {
-		if views[i].State == provider.StateStopped || views[i].State == provider.StateStopping {
-			views[i].Ready, views[i].DrainDeadline = false, nil
-		}
-	}
 	for id := range p.stopAfterDrain {
-		if _, ok := live[id]; !ok {
+		if !live[id] {
 			delete(p.stopAfterDrain, id)
 		}
 	}
 	for id := range p.startedAt {
-		if _, ok := live[id]; !ok {
+		if !live[id] {
 			delete(p.startedAt, id)
 		}
+	}
+	views := make([]View, 0, len(insts))
+	for _, in := range insts {
+		v := View{Instance: in, Ready: p.ready[in.ID], InFlight: -1, StartedAt: p.startedAt[in.ID]}
+		if dl, ok := p.drains[in.ID]; ok {
+			dl := dl
+			v.DrainDeadline = &dl
+		}
+		if at, ok := p.notices[in.ID]; ok && (v.InterruptAt == nil || at.Before(*v.InterruptAt)) {
+			at := at
+			v.InterruptAt = &at
+		}
+		if rep, ok := d.registrar.(registrar.InFlightReporter); ok {
+			v.InFlight = rep.InFlight(in.ID)
+		}
+		views = append(views, v)
 	}
 	for id, cancel := range p.probing {
 		if !live[id] {

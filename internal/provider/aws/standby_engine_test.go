@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider/aws/ec2test"
 	"github.com/tidegpu/tidegpu/internal/registrar"
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
 // The warm standby end to end on the EC2 wire protocol: the engine fills
@@ -34,7 +36,6 @@ func TestStandbyThroughEC2(t *testing.T) {
 
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := events.NewRecorder(1000, nil, discard)
-	debugRec = rec
 	m, err := engine.NewManager(engine.Options{Provider: e.p, Registrar: registrar.Nop{}, Recorder: rec, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func TestStandbyThroughEC2(t *testing.T) {
 		return spot, stopped
 	}
 	var spot, stopped []string
-	poll(t, 20*time.Second, "2 spot running and 1 on-demand stopped as standby", func() bool {
+	await(t, rec, 20*time.Second, "2 spot running and 1 on-demand stopped as standby", func() bool {
 		spot, stopped = state()
 		v, _ := m.Pool("chat")
 		return len(spot) == 2 && len(stopped) == 1 && v.Status.Ready == 2 && v.Status.Standby == 1
@@ -85,9 +86,9 @@ func TestStandbyThroughEC2(t *testing.T) {
 	standby := stopped[0]
 	// The standby is started (StartInstances) and serves after its warm
 	// start; no on-demand stand-in is launched from cold.
-	poll(t, 20*time.Second, "the standby instance started and Ready after its warm start", func() bool {
+	await(t, rec, 20*time.Second, "the standby instance started and Ready after its warm start", func() bool {
 		for _, ev := range rec.List(0, "chat") {
-			if ev.Reason == "Ready" && ev.Instance == standby && contains(ev.Message, "after its warm start") {
+			if ev.Reason == "Ready" && ev.Instance == standby && strings.Contains(ev.Message, "after its warm start") {
 				return true
 			}
 		}
@@ -98,7 +99,7 @@ func TestStandbyThroughEC2(t *testing.T) {
 	}
 	coldOD := 0
 	for _, ev := range rec.List(0, "chat") {
-		if ev.Reason == "Launched" && containsAll(ev.Message, "on-demand market", "on-demand fallback") && ev.Seq > noticeSeq {
+		if ev.Reason == "Launched" && strings.Contains(ev.Message, "on-demand market") && strings.Contains(ev.Message, "on-demand fallback") && ev.Seq > noticeSeq {
 			coldOD++
 		}
 	}
@@ -109,41 +110,15 @@ func TestStandbyThroughEC2(t *testing.T) {
 		runsBefore, e.srv.CallCount("RunInstances"), e.srv.CallCount("StartInstances"), e.srv.CallCount("StopInstances"))
 }
 
-func containsAll(s string, parts ...string) bool {
-	for _, p := range parts {
-		if !contains(s, p) {
-			return false
-		}
-	}
-	return true
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
-}
-
-// poll waits for cond, polling the fake's state, up to timeout.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// await waits for cond (a bounded poll of the fake's and the engine's
+// state); on a timeout it fails and prints the pool's events.
+func await(t *testing.T, rec *events.Recorder, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	defer func() {
-		if t.Failed() && debugRec != nil {
-			for _, ev := range debugRec.List(0, "") {
-				t.Logf("%s %s %s %s", ev.Time.Format("05.000"), ev.Reason, ev.Instance, ev.Message)
-			}
-		}
-	}()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // a bounded poll of a condition
+	if _, ok := testbin.Eventually(timeout, cond); ok {
+		return
 	}
+	for _, ev := range rec.List(0, "") {
+		t.Logf("%s %s %s %s", ev.Time.Format("05.000"), ev.Reason, ev.Instance, ev.Message)
+	}
+	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }
-
-var debugRec *events.Recorder

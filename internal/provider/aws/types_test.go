@@ -17,6 +17,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider/aws/ec2test"
 	"github.com/tidegpu/tidegpu/internal/registrar"
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
 // multiTypeSpec is a pool that may run on g5.xlarge or g6.xlarge in two
@@ -95,19 +96,15 @@ func TestPoolFillsFromAnotherInstanceType(t *testing.T) {
 	m.Apply(&tidev1.TidePool{ObjectMeta: metav1.ObjectMeta{Name: "chat", Generation: 1}, Spec: *spec})
 
 	var placed []string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testbin.Eventually(20*time.Second, func() bool {
 		placed = placed[:0]
 		for _, in := range e.srv.Instances() {
 			if in.State == "pending" || in.State == "running" {
 				placed = append(placed, in.InstanceType+"/"+in.Zone+"/"+in.Market)
 			}
 		}
-		if len(placed) >= 4 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling the fake's state, bounded by the deadline
-	}
+		return len(placed) >= 4
+	})
 	sort.Strings(placed)
 	want := []string{"g6.xlarge/us-east-1a/spot", "g6.xlarge/us-east-1a/spot", "g6.xlarge/us-east-1b/spot", "g6.xlarge/us-east-1b/spot"}
 	if strings.Join(placed, " ") != strings.Join(want, " ") {

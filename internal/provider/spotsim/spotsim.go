@@ -155,7 +155,7 @@ type Options struct {
 // Stats counts what the simulator did.
 type Stats struct {
 	// API calls, throttled ones included.
-	Launches, Terminates, Lists, Offerings, Reclaims int64
+	Launches, Terminates, Lists, Offerings, Reclaims, Stops, Starts int64
 	// Throttled calls among them.
 	Throttled int64
 	// InsufficientCapacity counts refused spot launches.
@@ -167,7 +167,9 @@ type Stats struct {
 }
 
 // Calls is the number of API calls.
-func (s Stats) Calls() int64 { return s.Launches + s.Terminates + s.Lists + s.Offerings }
+func (s Stats) Calls() int64 {
+	return s.Launches + s.Terminates + s.Lists + s.Offerings + s.Stops + s.Starts
+}
 
 type offerKey struct {
 	zone, itype string
@@ -758,7 +760,7 @@ var ErrNotStoppable = errors.New("instance cannot be stopped")
 // serves nothing until Start. Stopping a stopped instance is not an error.
 // In process mode stops are not supported.
 func (p *Provider) Stop(ctx context.Context, id string) error {
-	if err := p.call(ctx, "stop", &p.stats.Terminates); err != nil {
+	if err := p.call(ctx, "stop", &p.stats.Stops); err != nil {
 		return err
 	}
 	defer p.mu.Unlock()
@@ -783,7 +785,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 // at once with its address, and its LaunchedAt is the time of the start (as
 // EC2's LaunchTime). Starting a running instance is not an error.
 func (p *Provider) Start(ctx context.Context, id string) (provider.Instance, error) {
-	if err := p.call(ctx, "start", &p.stats.Launches); err != nil {
+	if err := p.call(ctx, "start", &p.stats.Starts); err != nil {
 		return provider.Instance{}, err
 	}
 	defer p.mu.Unlock()

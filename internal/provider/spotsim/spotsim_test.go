@@ -685,4 +685,7 @@ func TestStopStart(t *testing.T) {
 	if _, err := p.Start(ctx, od.ID); err != nil {
 		t.Errorf("starting a running instance: %v", err)
 	}
+	if st := p.Stats(); st.Stops != 4 || st.Starts != 2 || st.Launches != 2 || st.Terminates != 0 {
+		t.Errorf("stats %+v: want 4 stops, 2 starts, 2 launches, no terminations", st)
+	}
 }
