@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/placement"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
 )
@@ -93,7 +94,7 @@ func dipSummary(dips []Dip) string {
 		lost, regions := 0, map[string]int{}
 		for z, n := range d.Lost {
 			lost += n
-			regions[spotsim.RegionOf(z)]++
+			regions[market.RegionOf(z)]++
 		}
 		sameRegion := false
 		for _, n := range regions {

@@ -20,7 +20,7 @@ import (
 // Prices of the comparison (USD per hour, p3.2xlarge).
 const (
 	// onDemandPrice is p3.2xlarge on-demand in us-east-1 (the data
-	// README, and internal/cost's catalog.csv).
+	// README, and internal/market's catalog.csv).
 	onDemandPrice = 3.06
 	// The SkyServe paper's g5.48xlarge figures (7 May 2024, the data
 	// README): on-demand 16.288 $/h, spot 2.71 to 6.84 $/h by zone. Their

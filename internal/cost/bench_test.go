@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // BenchmarkBusyTransitions measures the gateway's hot path: a 0->1 and a
@@ -13,7 +15,7 @@ import (
 func BenchmarkBusyTransitions(b *testing.B) {
 	l := NewLedger(Options{})
 	info := p3("hot", "llama")
-	eff, list, err := (&Resolver{Catalog: DefaultCatalog()}).Prices(info.Query(), t0)
+	eff, list, err := (&Resolver{Catalog: market.DefaultCatalog()}).Prices(info.Query(), t0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func BenchmarkBusyTransitions(b *testing.B) {
 // each with its own meter (no shared lock).
 func BenchmarkBusyTransitionsParallel(b *testing.B) {
 	l := NewLedger(Options{})
-	eff, list, err := (&Resolver{Catalog: DefaultCatalog()}).Prices(p3("x").Query(), t0)
+	eff, list, err := (&Resolver{Catalog: market.DefaultCatalog()}).Prices(p3("x").Query(), t0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func BenchmarkBusyTransitionsParallel(b *testing.B) {
 func BenchmarkAddTokens(b *testing.B) {
 	l := NewLedger(Options{})
 	info := p3("hot", "llama")
-	eff, list, _ := (&Resolver{Catalog: DefaultCatalog()}).Prices(info.Query(), t0)
+	eff, list, _ := (&Resolver{Catalog: market.DefaultCatalog()}).Prices(info.Query(), t0)
 	if err := l.Start(info, t0, eff, list); err != nil {
 		b.Fatal(err)
 	}

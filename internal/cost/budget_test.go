@@ -7,7 +7,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // Two instances at an override of 1.50 USD/h from 00:00 UTC on March 1:
@@ -17,9 +17,9 @@ func budgetLedger(t *testing.T) (*Ledger, *clocktesting.FakeClock) {
 	month := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(month)
 	l := NewLedger(Options{Clock: clk})
-	price := Price{PerHour: 1.5, Currency: "USD", Source: provider.PriceOverride, Market: provider.MarketOnDemand}
+	price := market.Price{PerHour: 1.5, Currency: "USD", Source: market.PriceOverride, Market: market.OnDemand}
 	for _, id := range []string{"a", "b"} {
-		info := InstanceInfo{ID: id, Pool: "chat", Provider: "aws", Region: "us-east-1", InstanceType: "g5.xlarge", Market: provider.MarketOnDemand}
+		info := InstanceInfo{ID: id, Pool: "chat", Provider: "aws", Region: "us-east-1", InstanceType: "g5.xlarge", Market: market.OnDemand}
 		if err := l.Start(info, month, price, price); err != nil {
 			t.Fatal(err)
 		}
@@ -110,10 +110,10 @@ func TestBudgetCrossingAcrossSegmentsAndCompaction(t *testing.T) {
 	month := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(month)
 	l := NewLedger(Options{Clock: clk, DetailRetention: time.Hour})
-	p := func(v float64) Price {
-		return Price{PerHour: v, Currency: "USD", Source: provider.PriceLive, Market: provider.MarketSpot}
+	p := func(v float64) market.Price {
+		return market.Price{PerHour: v, Currency: "USD", Source: market.PriceLive, Market: market.Spot}
 	}
-	info := InstanceInfo{ID: "x", Pool: "chat", Provider: "aws", Region: "us-east-1", InstanceType: "g5.xlarge", Market: provider.MarketSpot}
+	info := InstanceInfo{ID: "x", Pool: "chat", Provider: "aws", Region: "us-east-1", InstanceType: "g5.xlarge", Market: market.Spot}
 	if err := l.Start(info, month, p(2), p(4)); err != nil {
 		t.Fatal(err)
 	}

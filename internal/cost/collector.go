@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // Metric names. node_total_hourly_cost and kubecost_node_is_spot are
@@ -102,7 +102,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- c.metric(nodeCostDesc, prometheus.GaugeValue, r.eff.PerHour,
 			i.ID, i.ID, i.InstanceType, i.Region, pid, i.Zone, string(i.Market), i.Provider, i.Pool, r.eff.Currency)
 		spot := 0.0
-		if i.Market == provider.MarketSpot {
+		if i.Market == market.Spot {
 			spot = 1
 		}
 		ch <- c.metric(nodeSpotDesc, prometheus.GaugeValue, spot, i.ID, i.ID, i.InstanceType, i.Region, pid)
@@ -164,7 +164,7 @@ func (c *Collector) metric(d *prometheus.Desc, vt prometheus.ValueType, v float6
 
 type runningInstance struct {
 	info InstanceInfo
-	eff  Price
+	eff  market.Price
 }
 
 // running returns the instances running at now with the price in force.

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // One spot g5.xlarge at a live 0.41 USD/h (list 1.006) for two hours, busy
@@ -23,11 +23,11 @@ func TestCollector(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	l := NewLedger(Options{Clock: clk})
 	info := InstanceInfo{ID: "i-1", Pool: "chat", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a",
-		InstanceType: "g5.xlarge", Market: provider.MarketSpot, Models: []string{"llama"}}
+		InstanceType: "g5.xlarge", Market: market.Spot, Models: []string{"llama"}}
 	lp := NewLivePrices()
-	lp.Update("aws", "us-east-1", []provider.Offering{{InstanceType: "g5.xlarge", Zone: "us-east-1a", Market: provider.MarketSpot,
-		PricePerHour: 0.41, Currency: "USD", PriceSource: provider.PriceLive}}, t0)
-	eff, list, err := (&Resolver{Catalog: DefaultCatalog(), Live: lp}).Prices(info.Query(), t0)
+	lp.Update("aws", "us-east-1", []market.Offering{{InstanceType: "g5.xlarge", Zone: "us-east-1a", Market: market.Spot,
+		PricePerHour: 0.41, Currency: "USD", PriceSource: market.PriceLive}}, t0)
+	eff, list, err := (&Resolver{Catalog: market.DefaultCatalog(), Live: lp}).Prices(info.Query(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,21 +4,21 @@ import (
 	"math"
 	"time"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // aggKey is what compacted hours are grouped by: everything a FOCUS row
 // needs except the instance ID.
 type aggKey struct {
-	Pool         string          `json:"pool"`
-	Provider     string          `json:"provider"`
-	Region       string          `json:"region,omitempty"`
-	Zone         string          `json:"zone,omitempty"`
-	InstanceType string          `json:"instanceType,omitempty"`
-	Market       provider.Market `json:"market,omitempty"`
-	Currency     string          `json:"currency"`
-	Source       string          `json:"source"`
-	Estimated    bool            `json:"estimated,omitempty"`
+	Pool         string        `json:"pool"`
+	Provider     string        `json:"provider"`
+	Region       string        `json:"region,omitempty"`
+	Zone         string        `json:"zone,omitempty"`
+	InstanceType string        `json:"instanceType,omitempty"`
+	Market       market.Market `json:"market,omitempty"`
+	Currency     string        `json:"currency"`
+	Source       string        `json:"source"`
+	Estimated    bool          `json:"estimated,omitempty"`
 	// EffN and ListN are the prices per hour (nano-units) in force.
 	EffN  int64 `json:"effNanosPerHour"`
 	ListN int64 `json:"listNanosPerHour"`

@@ -8,7 +8,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // Reports (computed per segment and bucket) and FOCUS rows (computed hour
@@ -23,15 +23,15 @@ func TestReportAgreesWithFOCUSRows(t *testing.T) {
 		now := start.Add(time.Duration(2+rng.Intn(30)) * time.Hour)
 		for i := 0; i < 1+rng.Intn(4); i++ {
 			info := InstanceInfo{ID: fmt.Sprintf("i%d", i), Pool: []string{"a", "b"}[rng.Intn(2)], Provider: "aws", Region: "us-east-1",
-				Zone: "us-east-1a", InstanceType: "g5.xlarge", Market: provider.MarketSpot}
+				Zone: "us-east-1a", InstanceType: "g5.xlarge", Market: market.Spot}
 			if rng.Intn(2) == 0 {
 				info.Models = []string{"m1", "m2"}[:1+rng.Intn(2)]
 			}
-			price := func() Price {
-				return Price{PerHour: float64(1+rng.Intn(5000)) / 1000, Currency: "USD", Source: provider.PriceLive, Market: provider.MarketSpot}
+			price := func() market.Price {
+				return market.Price{PerHour: float64(1+rng.Intn(5000)) / 1000, Currency: "USD", Source: market.PriceLive, Market: market.Spot}
 			}
 			begin := start.Add(time.Duration(rng.Int63n(int64(2 * time.Hour))))
-			list := Price{PerHour: 9, Currency: "USD", Source: provider.PriceCatalog, Market: provider.MarketOnDemand}
+			list := market.Price{PerHour: 9, Currency: "USD", Source: market.PriceCatalog, Market: market.OnDemand}
 			if err := l.Start(info, begin, price(), list); err != nil {
 				t.Fatal(err)
 			}

@@ -1,13 +1,16 @@
 // Package cost owns the cost model of TideGPU pools: what each instance
 // costs, what that buys, and how it is reported. It is pure (an injected
 // clock, no cloud calls) apart from its exporters; providers supply live
-// prices as data through provider.OfferingSource.
+// prices as data through provider.OfferingSource. Markets, price sources and
+// the offline price catalog are package market's; cost imports nothing else
+// of the project.
 //
-//   - Prices: an embedded offline Catalog (catalog.csv, every figure with its
-//     date and source) and a Resolver that takes, in order, a pool's
-//     Override, a fresh live price (LivePrices, fed from provider offerings,
-//     trusted for MaxLiveAge), the catalog, and for spot with none of those
-//     the on-demand price labelled provider.PriceFallback, never silently.
+//   - Prices: a Resolver that takes, in order, a pool's Override, a fresh
+//     live price (LivePrices, fed from provider offerings, trusted for
+//     MaxLiveAge), the catalog (market.Catalog: market.DefaultCatalog is the
+//     embedded catalog.csv, every figure with its date and source), and for
+//     spot with none of those the on-demand price labelled
+//     market.PriceFallback, never silently.
 //   - Ledger: instance lifetimes with the price in force over time (price
 //     segments), busy time (at least one request in flight, fed from the
 //     gateway's 0->1 / 1->0 transitions or cumulative samples through a

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // FOCUS 1.0 (FinOps Open Cost and Usage Specification) export. Column names
@@ -114,8 +114,8 @@ func providerNames(p string) (providerName, service string) {
 	return p, p
 }
 
-func pricingCategory(m provider.Market, source string) string {
-	if m == provider.MarketSpot && source != provider.PriceOverride && source != provider.PriceFallback {
+func pricingCategory(m market.Market, source string) string {
+	if m == market.Spot && source != market.PriceOverride && source != market.PriceFallback {
 		return FOCUSPricingDynamic
 	}
 	return FOCUSPricingStandard
@@ -123,11 +123,11 @@ func pricingCategory(m provider.Market, source string) string {
 
 type rowMeta struct {
 	pool, providerName, region, zone, instanceType, id string
-	market                                             provider.Market
+	market                                             market.Market
 	models                                             []string
 }
 
-func newRow(m rowMeta, cur string, eff Price, effN, listN int64, hs, he int64, ns, busyNs float64, effA, listA, busyA acc) FOCUSRow {
+func newRow(m rowMeta, cur string, eff market.Price, effN, listN int64, hs, he int64, ns, busyNs float64, effA, listA, busyA acc) FOCUSRow {
 	pn, svc := providerNames(m.providerName)
 	start, end := time.Unix(0, hs).UTC(), time.Unix(0, he).UTC()
 	bp := MonthWindow(start)
@@ -192,7 +192,7 @@ func (l *Ledger) FOCUSRows(w Window) []FOCUSRow {
 	for k, hours := range l.aggs {
 		meta := rowMeta{pool: k.Pool, providerName: k.Provider, region: k.Region, zone: k.Zone,
 			instanceType: k.InstanceType, market: k.Market}
-		eff := Price{Currency: k.Currency, Source: k.Source, Estimated: k.Estimated, Market: k.Market}
+		eff := market.Price{Currency: k.Currency, Source: k.Source, Estimated: k.Estimated, Market: k.Market}
 		for h, v := range hours {
 			frac, ok := hourFrac(h, from, to)
 			if !ok {

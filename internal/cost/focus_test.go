@@ -11,7 +11,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 func TestFOCUSCSV(t *testing.T) {
@@ -19,7 +19,7 @@ func TestFOCUSCSV(t *testing.T) {
 	l := NewLedger(Options{Clock: clk, DetailRetention: time.Hour})
 	spot := p3("s-1", "llama")
 	od := p3("o-1", "llama")
-	od.Market = provider.MarketOnDemand
+	od.Market = market.OnDemand
 	for _, info := range []InstanceInfo{spot, od} {
 		eff, list := catalogPrices(t, info)
 		if err := l.Start(info, t0, eff, list); err != nil {
@@ -125,15 +125,15 @@ func indexOf(xs []string, x string) int {
 
 func TestFOCUSPricingCategory(t *testing.T) {
 	cases := []struct {
-		m      provider.Market
+		m      market.Market
 		source string
 		want   string
 	}{
-		{provider.MarketSpot, provider.PriceLive, FOCUSPricingDynamic},
-		{provider.MarketSpot, provider.PriceCatalog, FOCUSPricingDynamic},
-		{provider.MarketSpot, provider.PriceOverride, FOCUSPricingStandard},
-		{provider.MarketSpot, provider.PriceFallback, FOCUSPricingStandard},
-		{provider.MarketOnDemand, provider.PriceLive, FOCUSPricingStandard},
+		{market.Spot, market.PriceLive, FOCUSPricingDynamic},
+		{market.Spot, market.PriceCatalog, FOCUSPricingDynamic},
+		{market.Spot, market.PriceOverride, FOCUSPricingStandard},
+		{market.Spot, market.PriceFallback, FOCUSPricingStandard},
+		{market.OnDemand, market.PriceLive, FOCUSPricingStandard},
 	}
 	for _, tc := range cases {
 		if got := pricingCategory(tc.m, tc.source); got != tc.want {

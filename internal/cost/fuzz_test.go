@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // FuzzRestore feeds outside input (a state file, a ConfigMap) to Restore: it
@@ -68,31 +70,6 @@ func FuzzRestore(f *testing.F) {
 	})
 }
 
-// FuzzParseCatalog feeds outside input (a user's catalog file) to
-// ParseCatalog: no panics, and every accepted row is a valid price.
-func FuzzParseCatalog(f *testing.F) {
-	f.Add(catalogCSV)
-	f.Add("x,r,,t,spot,1,USD,2026-01-01,false,s\n")
-	f.Add("@source,k,v\nx,*,,*,on-demand,0.5,CNY,2026-01-01,true,k\n")
-	f.Add("\"unterminated")
-	f.Fuzz(func(t *testing.T, in string) {
-		c, err := ParseCatalog(strings.NewReader(in))
-		if err != nil {
-			return
-		}
-		for _, e := range c.Entries() {
-			p, ok := c.Price(e.Provider, e.Region, e.InstanceType, e.Zone, e.Market)
-			if !ok {
-				t.Fatalf("entry %+v not found", e)
-			}
-			p.Source = "catalog"
-			if err := p.Validate(); err != nil {
-				t.Fatalf("accepted an invalid price %+v: %v", e, err)
-			}
-		}
-	})
-}
-
 // FuzzParseAmount feeds budget amounts (from a TidePool spec) to
 // ParseAmount: accepted amounts print back to the same value.
 func FuzzParseAmount(f *testing.F) {
@@ -119,7 +96,7 @@ type fuzzEvent struct {
 // scenarioForFuzz is a small history without *testing.T, for seeds.
 func scenarioForFuzz() []fuzzEvent {
 	i1, i2 := p3("i1", "llama"), p3("i2", "qwen")
-	eff, list, _ := (&Resolver{Catalog: DefaultCatalog()}).Prices(i1.Query(), t0)
+	eff, list, _ := (&Resolver{Catalog: market.DefaultCatalog()}).Prices(i1.Query(), t0)
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
 	return []fuzzEvent{
 		{at(0), func(l *Ledger) { _ = l.Start(i1, at(0), eff, list); _ = l.Start(i2, at(0), eff, list) }},
@@ -128,7 +105,7 @@ func scenarioForFuzz() []fuzzEvent {
 		{at(25), func(l *Ledger) { l.Meter("i2").ObserveBusyTotal(3*time.Minute, at(25)) }},
 		{at(26), func(l *Ledger) { l.Meter("i2").ObserveTokenTotals("qwen", 5, 7, at(26)) }},
 		{at(30), func(l *Ledger) {
-			_ = l.SetPrice("i2", at(30), Price{PerHour: 0.5, Currency: "USD", Source: "live"}, list)
+			_ = l.SetPrice("i2", at(30), market.Price{PerHour: 0.5, Currency: "USD", Source: "live"}, list)
 		}},
 		{at(60), func(l *Ledger) { _ = l.End("i2", at(60)) }},
 	}

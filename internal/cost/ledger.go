@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // InstanceInfo describes an instance for the ledger.
@@ -20,24 +20,17 @@ type InstanceInfo struct {
 	Pool string `json:"pool"`
 	// Provider, Region, Zone, InstanceType and Market describe the offering
 	// (they label reports, FOCUS rows and metrics).
-	Provider     string          `json:"provider"`
-	Region       string          `json:"region,omitempty"`
-	Zone         string          `json:"zone,omitempty"`
-	InstanceType string          `json:"instanceType,omitempty"`
-	Market       provider.Market `json:"market,omitempty"`
+	Provider     string        `json:"provider"`
+	Region       string        `json:"region,omitempty"`
+	Zone         string        `json:"zone,omitempty"`
+	InstanceType string        `json:"instanceType,omitempty"`
+	Market       market.Market `json:"market,omitempty"`
 	// Models the instance serves; token counts of other models are still
 	// recorded.
 	Models []string `json:"models,omitempty"`
 	// LaunchedAt is used by SyncPool as the start of an instance it has not
 	// seen yet; zero means the time of the sync.
 	LaunchedAt time.Time `json:"launchedAt,omitempty"`
-}
-
-// InfoFor builds InstanceInfo from what a provider reports.
-func InfoFor(inst provider.Instance, providerName, region string, models []string) InstanceInfo {
-	return InstanceInfo{ID: inst.ID, Pool: inst.Pool, Provider: providerName, Region: region, Zone: inst.Zone,
-		InstanceType: inst.InstanceType, Market: inst.Market, Models: append([]string(nil), models...),
-		LaunchedAt: inst.LaunchedAt}
 }
 
 // Query returns the pricing query of the instance.
@@ -48,7 +41,7 @@ func (i InstanceInfo) Query() Query {
 // segment is a stretch of a lifetime at one price.
 type segment struct {
 	from      int64 // unix ns
-	eff, list Price
+	eff, list market.Price
 	effN      int64 // eff.PerHour in nano-units
 	listN     int64
 }
@@ -140,7 +133,7 @@ func IsUnknownInstance(err error) bool {
 	return errors.As(err, &e)
 }
 
-func checkPrices(eff, list Price) error {
+func checkPrices(eff, list market.Price) error {
 	if err := eff.Validate(); err != nil {
 		return fmt.Errorf("effective price: %w", err)
 	}
@@ -156,7 +149,7 @@ func checkPrices(eff, list Price) error {
 // Start records that an instance started at at with these prices.
 // Starting a known instance again (or one already compacted) does nothing,
 // so replaying a start is harmless.
-func (l *Ledger) Start(info InstanceInfo, at time.Time, eff, list Price) error {
+func (l *Ledger) Start(info InstanceInfo, at time.Time, eff, list market.Price) error {
 	if info.ID == "" || info.Pool == "" {
 		return errors.New("cost ledger: an instance needs an ID and a pool")
 	}
@@ -188,7 +181,7 @@ func (l *Ledger) Start(info InstanceInfo, at time.Time, eff, list Price) error {
 // (per hour, currency, source) do nothing; a change opens a new price
 // segment. A change stamped before the current segment began is stale and
 // ignored, as is one after the instance ended.
-func (l *Ledger) SetPrice(id string, at time.Time, eff, list Price) error {
+func (l *Ledger) SetPrice(id string, at time.Time, eff, list market.Price) error {
 	if err := checkPrices(eff, list); err != nil {
 		return fmt.Errorf("cost ledger: pricing %s: %w", id, err)
 	}
@@ -222,7 +215,7 @@ func (l *Ledger) SetPrice(id string, at time.Time, eff, list Price) error {
 	return nil
 }
 
-func samePrice(a, b Price) bool {
+func samePrice(a, b market.Price) bool {
 	return priceNanos(a.PerHour) == priceNanos(b.PerHour) && a.Currency == b.Currency && a.Source == b.Source && a.Market == b.Market
 }
 
@@ -259,7 +252,7 @@ func (l *Ledger) End(id string, at time.Time) error {
 }
 
 // PriceFunc prices an instance for SyncPool, typically Resolver.Prices.
-type PriceFunc func(InstanceInfo) (eff, list Price, err error)
+type PriceFunc func(InstanceInfo) (eff, list market.Price, err error)
 
 // SyncPool makes the ledger's running instances of pool equal to live at
 // now: instances not seen before start (at their LaunchedAt, or now), every
@@ -369,8 +362,8 @@ type Segment struct {
 	// From is when the prices took effect.
 	From time.Time
 	// Effective is the price paid; List its on-demand equivalent.
-	Effective Price
-	List      Price
+	Effective market.Price
+	List      market.Price
 }
 
 // Lifetimes returns the instances of pool ("" for all) that still have

@@ -8,7 +8,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 const (
@@ -33,12 +33,12 @@ func relClose(t *testing.T, what string, got, want, rel float64) {
 
 func p3(id string, models ...string) InstanceInfo {
 	return InstanceInfo{ID: id, Pool: "chat", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a",
-		InstanceType: "p3.2xlarge", Market: provider.MarketSpot, Models: models}
+		InstanceType: "p3.2xlarge", Market: market.Spot, Models: models}
 }
 
-func catalogPrices(t *testing.T, info InstanceInfo) (Price, Price) {
+func catalogPrices(t *testing.T, info InstanceInfo) (market.Price, market.Price) {
 	t.Helper()
-	eff, list, err := (&Resolver{Catalog: DefaultCatalog()}).Prices(info.Query(), t0)
+	eff, list, err := (&Resolver{Catalog: market.DefaultCatalog()}).Prices(info.Query(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestLedgerTwoSpotInstances(t *testing.T) {
 	if r.EffectiveCost.Nanos() != 1_580_125_000 || r.Currency != "USD" {
 		t.Errorf("spend = %s, want exactly 1.580125000 USD", r.EffectiveCost)
 	}
-	if got := r.CostBySource[provider.PriceCatalog]; got.Nanos() != 1_580_125_000 || len(r.CostBySource) != 1 {
+	if got := r.CostBySource[market.PriceCatalog]; got.Nanos() != 1_580_125_000 || len(r.CostBySource) != 1 {
 		t.Errorf("cost by source = %v", r.CostBySource)
 	}
 	if !r.RunRatePerHour.IsZero() {
@@ -159,7 +159,7 @@ func TestLedgerModelShares(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0.Add(2 * time.Hour))
 	l := NewLedger(Options{Clock: clk})
 	info := p3("c", "m1", "m2")
-	info.Market = provider.MarketOnDemand
+	info.Market = market.OnDemand
 	eff, list := catalogPrices(t, info)
 	if err := l.Start(info, t0, eff, list); err != nil {
 		t.Fatal(err)
@@ -192,8 +192,8 @@ func TestLedgerPriceChange(t *testing.T) {
 	l := NewLedger(Options{Clock: clk})
 	info := p3("d", "llama")
 	_, list := catalogPrices(t, info)
-	live := func(v float64) Price {
-		return Price{PerHour: v, Currency: "USD", Source: provider.PriceLive, Market: provider.MarketSpot}
+	live := func(v float64) market.Price {
+		return market.Price{PerHour: v, Currency: "USD", Source: market.PriceLive, Market: market.Spot}
 	}
 	if err := l.Start(info, t0, live(0.30), list); err != nil {
 		t.Fatal(err)
@@ -265,16 +265,16 @@ func TestLedgerIdempotentAndErrors(t *testing.T) {
 		name      string
 		info      InstanceInfo
 		at        time.Time
-		eff, list Price
+		eff, list market.Price
 		want      string
 	}{
 		{"no id", InstanceInfo{Pool: "p"}, t0, eff, list, "ID"},
 		{"no pool", InstanceInfo{ID: "x"}, t0, eff, list, "pool"},
 		{"zero time", p3("x"), time.Time{}, eff, list, "out of range"},
-		{"negative price", p3("x"), t0, Price{PerHour: -1, Currency: "USD", Source: provider.PriceLive}, list, "price per hour"},
-		{"bad source", p3("x"), t0, Price{PerHour: 1, Currency: "USD", Source: "guess"}, list, "source"},
-		{"bad currency", p3("x"), t0, Price{PerHour: 1, Currency: "$", Source: provider.PriceLive}, list, "currency"},
-		{"two currencies", p3("x"), t0, Price{PerHour: 1, Currency: "CNY", Source: provider.PriceLive}, list, "one currency"},
+		{"negative price", p3("x"), t0, market.Price{PerHour: -1, Currency: "USD", Source: market.PriceLive}, list, "price per hour"},
+		{"bad source", p3("x"), t0, market.Price{PerHour: 1, Currency: "USD", Source: "guess"}, list, "source"},
+		{"bad currency", p3("x"), t0, market.Price{PerHour: 1, Currency: "$", Source: market.PriceLive}, list, "currency"},
+		{"two currencies", p3("x"), t0, market.Price{PerHour: 1, Currency: "CNY", Source: market.PriceLive}, list, "one currency"},
 	}
 	for _, tc := range bad {
 		if err := l.Start(tc.info, tc.at, tc.eff, tc.list); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -333,15 +333,15 @@ func TestMeterCumulativeAndTransitions(t *testing.T) {
 func TestSyncPool(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	l := NewLedger(Options{Clock: clk})
-	res := &Resolver{Catalog: DefaultCatalog()}
-	prices := func(i InstanceInfo) (Price, Price, error) { return res.Prices(i.Query(), clk.Now()) }
+	res := &Resolver{Catalog: market.DefaultCatalog()}
+	prices := func(i InstanceInfo) (market.Price, market.Price, error) { return res.Prices(i.Query(), clk.Now()) }
 	a, b := p3("a"), p3("b")
 	a.LaunchedAt = t0.Add(-10 * time.Minute)
 	if err := l.SyncPool("chat", []InstanceInfo{a, b}, t0, prices); err != nil {
 		t.Fatal(err)
 	}
 	clk.SetTime(t0.Add(time.Hour))
-	unknown := InstanceInfo{ID: "u", Provider: "aws", Region: "mars-1", InstanceType: "x", Market: provider.MarketOnDemand}
+	unknown := InstanceInfo{ID: "u", Provider: "aws", Region: "mars-1", InstanceType: "x", Market: market.OnDemand}
 	err := l.SyncPool("chat", []InstanceInfo{b, unknown}, t0.Add(time.Hour), prices)
 	if !IsNoPrice(err) {
 		t.Errorf("sync with an unpriceable instance: %v", err)

@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"math/bits"
 	"strings"
+
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // Units. Prices are held as integer nano-units of currency per hour (a
@@ -20,8 +22,11 @@ import (
 const (
 	nanosPerUnit = 1_000_000_000            // nano-units per currency unit
 	nsPerHour    = int64(3_600_000_000_000) // nanoseconds per hour
-	maxPerHour   = 1_000_000.0              // sanity bound for a price per hour
+	maxPerHour   = market.MaxPerHour        // sanity bound for a price per hour
 )
+
+// validCurrency reports whether c can be a currency code.
+func validCurrency(c string) bool { return market.ValidCurrency(c) }
 
 // acc is a signed 128-bit two's-complement integer in nano-units x ns / hour.
 type acc struct{ hi, lo uint64 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // Query names the offering an instance runs on, for pricing.
@@ -17,7 +17,7 @@ type Query struct {
 	Region       string
 	Zone         string
 	InstanceType string
-	Market       provider.Market
+	Market       market.Market
 }
 
 func (q Query) String() string {
@@ -31,7 +31,7 @@ type Override struct {
 	// InstanceType limits the override to one type; empty means any.
 	InstanceType string `json:"instanceType,omitempty"`
 	// Market limits the override to one market; empty means any.
-	Market provider.Market `json:"market,omitempty"`
+	Market market.Market `json:"market,omitempty"`
 	// PerHour is the price of one instance-hour in Currency.
 	PerHour  float64 `json:"perHour"`
 	Currency string  `json:"currency"`
@@ -61,12 +61,12 @@ const DefaultMaxLiveAge = time.Hour
 // Resolver prices an offering from, in order: the pool's override, a live
 // price no older than MaxLiveAge, the catalog; and for spot with none of
 // those, the on-demand price found the same way, labelled
-// provider.PriceFallback with a note saying so (never silently: a spot
+// market.PriceFallback with a note saying so (never silently: a spot
 // instance priced at on-demand rates is visible as such). It is pure given
 // its inputs; Live may be updated concurrently.
 type Resolver struct {
-	// Catalog is the offline table, usually DefaultCatalog().
-	Catalog *Catalog
+	// Catalog is the offline table, usually market.DefaultCatalog().
+	Catalog *market.Catalog
 	// Live holds the providers' last reported prices; nil for none.
 	Live *LivePrices
 	// Overrides are the pools' own prices; the first match wins.
@@ -76,30 +76,30 @@ type Resolver struct {
 }
 
 // Price returns the effective price of the offering at now.
-func (r *Resolver) Price(q Query, now time.Time) (Price, error) {
+func (r *Resolver) Price(q Query, now time.Time) (market.Price, error) {
 	p, notes, ok := r.find(q, q.Market, now)
 	if ok {
 		return p, nil
 	}
-	if q.Market == provider.MarketSpot {
-		od, odNotes, ok := r.find(q, provider.MarketOnDemand, now)
+	if q.Market == market.Spot {
+		od, odNotes, ok := r.find(q, market.OnDemand, now)
 		if ok {
 			od.Note = fmt.Sprintf("fallback: no spot price for %s %s in %s%s; the on-demand price (%s) stands in%s",
 				q.InstanceType, q.Provider, q.Region, zoneSuffix(q.Zone), od.Source, joinNotes(notes, odNotes))
-			od.Source = provider.PriceFallback
+			od.Source = market.PriceFallback
 			return od, nil
 		}
 	}
-	return Price{}, &NoPriceError{Query: q}
+	return market.Price{}, &NoPriceError{Query: q}
 }
 
 // ListPrice returns the on-demand equivalent of the offering at now: the
 // price FOCUS calls list, against which savings are counted.
-func (r *Resolver) ListPrice(q Query, now time.Time) (Price, error) {
-	p, _, ok := r.find(q, provider.MarketOnDemand, now)
+func (r *Resolver) ListPrice(q Query, now time.Time) (market.Price, error) {
+	p, _, ok := r.find(q, market.OnDemand, now)
 	if !ok {
-		q.Market = provider.MarketOnDemand
-		return Price{}, &NoPriceError{Query: q}
+		q.Market = market.OnDemand
+		return market.Price{}, &NoPriceError{Query: q}
 	}
 	return p, nil
 }
@@ -107,10 +107,10 @@ func (r *Resolver) ListPrice(q Query, now time.Time) (Price, error) {
 // Prices returns the effective and the list price. A missing list price is
 // not an error when the effective price is known: the effective price
 // stands in (savings zero) and its note says so.
-func (r *Resolver) Prices(q Query, now time.Time) (eff, list Price, err error) {
+func (r *Resolver) Prices(q Query, now time.Time) (eff, list market.Price, err error) {
 	eff, err = r.Price(q, now)
 	if err != nil {
-		return Price{}, Price{}, err
+		return market.Price{}, market.Price{}, err
 	}
 	list, err = r.ListPrice(q, now)
 	if err != nil || list.Currency != eff.Currency {
@@ -120,11 +120,11 @@ func (r *Resolver) Prices(q Query, now time.Time) (eff, list Price, err error) {
 	return eff, list, nil
 }
 
-func (r *Resolver) find(q Query, m provider.Market, now time.Time) (Price, []string, bool) {
+func (r *Resolver) find(q Query, m market.Market, now time.Time) (market.Price, []string, bool) {
 	var notes []string
 	for _, o := range r.Overrides {
 		if o.Pool == q.Pool && (o.InstanceType == "" || o.InstanceType == q.InstanceType) && (o.Market == "" || o.Market == m) {
-			return Price{PerHour: o.PerHour, Currency: o.Currency, Source: provider.PriceOverride, Market: m,
+			return market.Price{PerHour: o.PerHour, Currency: o.Currency, Source: market.PriceOverride, Market: m,
 				Note: "override: pool " + o.Pool + " sets its own price"}, nil, true
 		}
 	}
@@ -135,7 +135,7 @@ func (r *Resolver) find(q Query, m provider.Market, now time.Time) (Price, []str
 				maxAge = DefaultMaxLiveAge
 			}
 			if age := now.Sub(lp.at); age <= maxAge {
-				return Price{PerHour: lp.perHour, Currency: lp.currency, Source: provider.PriceLive, AsOf: lp.at, Market: m,
+				return market.Price{PerHour: lp.perHour, Currency: lp.currency, Source: market.PriceLive, AsOf: lp.at, Market: m,
 					Note: "live: reported by the " + q.Provider + " provider"}, nil, true
 			} else {
 				notes = append(notes, fmt.Sprintf("the live %s price is %s old, beyond the %s limit", m, age.Round(time.Second), maxAge))
@@ -148,7 +148,7 @@ func (r *Resolver) find(q Query, m provider.Market, now time.Time) (Price, []str
 		}
 		return p, nil, true
 	}
-	return Price{}, notes, false
+	return market.Price{}, notes, false
 }
 
 func zoneSuffix(z string) string {
@@ -171,7 +171,14 @@ func joinNotes(a, b []string) string {
 // concurrent use.
 type LivePrices struct {
 	mu sync.RWMutex
-	m  map[catKey]livePrice
+	m  map[liveKey]livePrice
+}
+
+// liveKey names an offering of a provider in a region; zone "" is
+// region-wide.
+type liveKey struct {
+	provider, region, zone, instanceType string
+	market                               market.Market
 }
 
 type livePrice struct {
@@ -181,23 +188,24 @@ type livePrice struct {
 }
 
 // NewLivePrices returns an empty store.
-func NewLivePrices() *LivePrices { return &LivePrices{m: map[catKey]livePrice{}} }
+func NewLivePrices() *LivePrices { return &LivePrices{m: map[liveKey]livePrice{}} }
 
-// Update records offerings read from a provider at time at. Offerings
+// Update records offerings read from a provider at time at (the
+// providers' provider.Offering is market.Offering). Offerings
 // without a price (PricePerHour 0 or no currency), or whose PriceSource says
 // the provider itself took the figure from somewhere other than its live
 // API, are skipped: only prices labelled live (or unlabelled) are live.
-func (lp *LivePrices) Update(providerName, region string, offerings []provider.Offering, at time.Time) {
+func (lp *LivePrices) Update(providerName, region string, offerings []market.Offering, at time.Time) {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	for _, o := range offerings {
 		if o.PricePerHour <= 0 || o.PricePerHour > maxPerHour || !validCurrency(o.Currency) {
 			continue
 		}
-		if o.PriceSource != "" && o.PriceSource != provider.PriceLive {
+		if o.PriceSource != "" && o.PriceSource != market.PriceLive {
 			continue
 		}
-		k := catKey{providerName, region, o.Zone, o.InstanceType, o.Market}
+		k := liveKey{providerName, region, o.Zone, o.InstanceType, o.Market}
 		if old, ok := lp.m[k]; ok && old.at.After(at) {
 			continue
 		}
@@ -206,15 +214,15 @@ func (lp *LivePrices) Update(providerName, region string, offerings []provider.O
 }
 
 // lookup returns the zone's live price, else a region-wide one (zone "").
-func (lp *LivePrices) lookup(providerName, region, zone, instanceType string, m provider.Market) (livePrice, bool) {
+func (lp *LivePrices) lookup(providerName, region, zone, instanceType string, m market.Market) (livePrice, bool) {
 	if lp == nil {
 		return livePrice{}, false
 	}
 	lp.mu.RLock()
 	defer lp.mu.RUnlock()
-	if p, ok := lp.m[catKey{providerName, region, zone, instanceType, m}]; ok {
+	if p, ok := lp.m[liveKey{providerName, region, zone, instanceType, m}]; ok {
 		return p, true
 	}
-	p, ok := lp.m[catKey{providerName, region, "", instanceType, m}]
+	p, ok := lp.m[liveKey{providerName, region, "", instanceType, m}]
 	return p, ok
 }

@@ -8,6 +8,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // SnapshotVersion is the version of the format Snapshot writes and
@@ -39,9 +41,9 @@ type snapInstance struct {
 }
 
 type snapSegment struct {
-	From      time.Time `json:"from"`
-	Effective Price     `json:"effective"`
-	List      Price     `json:"list"`
+	From      time.Time    `json:"from"`
+	Effective market.Price `json:"effective"`
+	List      market.Price `json:"list"`
 }
 
 type snapTokens struct {

@@ -9,7 +9,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidegpu/tidegpu/internal/provider"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
 // event is one thing the engine or the gateway tells the ledger.
@@ -22,7 +22,7 @@ func scenario(t *testing.T) []event {
 	t.Helper()
 	i1, i2 := p3("i1", "llama"), p3("i2", "llama")
 	eff, list := catalogPrices(t, i1)
-	live := Price{PerHour: 0.5, Currency: "USD", Source: provider.PriceLive, Market: provider.MarketSpot}
+	live := market.Price{PerHour: 0.5, Currency: "USD", Source: market.PriceLive, Market: market.Spot}
 	must := func(t *testing.T, err error) {
 		t.Helper()
 		if err != nil {
@@ -209,13 +209,13 @@ func TestCompactionBoundsSnapshot(t *testing.T) {
 	start := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(start)
 	l := NewLedger(Options{Clock: clk})
-	res := &Resolver{Catalog: DefaultCatalog()}
+	res := &Resolver{Catalog: market.DefaultCatalog()}
 	zones := []string{"us-east-1a", "us-east-1b"}
 	for i := 0; i < 1000; i++ {
 		info := InstanceInfo{ID: fmt.Sprintf("i-%04d", i), Pool: "chat", Provider: "aws", Region: "us-east-1",
-			Zone: zones[i%2], InstanceType: "g5.xlarge", Market: provider.MarketSpot, Models: []string{"llama", "qwen"}}
+			Zone: zones[i%2], InstanceType: "g5.xlarge", Market: market.Spot, Models: []string{"llama", "qwen"}}
 		if i%5 == 0 {
-			info.Market = provider.MarketOnDemand
+			info.Market = market.OnDemand
 		}
 		begin := start.Add(time.Duration(i) * 43 * time.Minute)
 		eff, list, err := res.Prices(info.Query(), begin)
@@ -255,7 +255,7 @@ func TestCompactionBoundsSnapshot(t *testing.T) {
 	}
 	t.Logf("snapshot of 1000 lifetimes in a month: %d bytes", len(snap))
 	// Replays of compacted instances are ignored.
-	eff, list, _ := res.Prices(Query{Provider: "aws", Region: "us-east-1", InstanceType: "g5.xlarge", Market: provider.MarketSpot}, start)
+	eff, list, _ := res.Prices(Query{Provider: "aws", Region: "us-east-1", InstanceType: "g5.xlarge", Market: market.Spot}, start)
 	if err := l.Start(InstanceInfo{ID: "i-0001", Pool: "chat"}, start, eff, list); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
@@ -172,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	reg.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
 	engineMetrics := engine.NewMetrics(reg)
-	costing := &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()}
+	costing := &engine.Costing{Ledger: ledger, Catalog: market.DefaultCatalog(), Live: cost.NewLivePrices()}
 	signals := newGatewaySignals(gw)
 	newManager := func(p provider.Provider) (*engine.Manager, error) {
 		return engine.NewManager(engine.Options{Provider: p, Registrar: router, Recorder: rec,
@@ -199,7 +200,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 		sim, err = spotsim.New(spotsim.Options{Trace: trace, Compression: compression, Notice: notice,
-			Local: prov, Catalog: cost.DefaultCatalog(), Logger: o.Logger})
+			Local: prov, Catalog: market.DefaultCatalog(), Logger: o.Logger})
 		if err != nil {
 			stopEngine()
 			_ = prov.Close(context.Background())
@@ -304,8 +305,8 @@ func Run(ctx context.Context, o Options) error {
 	// run first looks.
 	stoppedAt := time.Now()
 	for _, p := range o.Pools {
-		_ = ledger.SyncPool(p.Name, nil, stoppedAt, func(cost.InstanceInfo) (cost.Price, cost.Price, error) {
-			return cost.Price{}, cost.Price{}, errors.New("no new instances at shutdown")
+		_ = ledger.SyncPool(p.Name, nil, stoppedAt, func(cost.InstanceInfo) (market.Price, market.Price, error) {
+			return market.Price{}, market.Price{}, errors.New("no new instances at shutdown")
 		})
 	}
 	saveLedger()

@@ -10,6 +10,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
@@ -18,8 +19,8 @@ import (
 type Costing struct {
 	Ledger *cost.Ledger
 	// Catalog and Live feed the price resolver; Catalog defaults to
-	// cost.DefaultCatalog().
-	Catalog *cost.Catalog
+	// market.DefaultCatalog().
+	Catalog *market.Catalog
 	Live    *cost.LivePrices
 	// BudgetEvery paces budget evaluation; default 2 s.
 	BudgetEvery time.Duration
@@ -66,15 +67,15 @@ const DefaultStandbyPerHour = 100 * 0.08 / 730
 
 // standbyPrice is what a stopped instance of the pool costs per hour, and
 // where the figure comes from.
-func standbyPrice(spec *tidev1.TidePoolSpec) (cost.Price, error) {
-	p := cost.Price{PerHour: DefaultStandbyPerHour, Currency: "USD", Source: provider.PriceCatalog,
+func standbyPrice(spec *tidev1.TidePoolSpec) (market.Price, error) {
+	p := market.Price{PerHour: DefaultStandbyPerHour, Currency: "USD", Source: provider.PriceCatalog,
 		AsOf: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}
 	if pr := spec.Pricing; pr != nil && pr.StandbyPerHour != "" {
 		f, err := strconv.ParseFloat(pr.StandbyPerHour, 64)
 		if err != nil || f < 0 {
 			return p, fmt.Errorf("spec.pricing.standbyPerHour: %q is not a price: use a decimal such as 0.0111", pr.StandbyPerHour)
 		}
-		p = cost.Price{PerHour: f, Currency: "USD", Source: provider.PriceOverride}
+		p = market.Price{PerHour: f, Currency: "USD", Source: provider.PriceOverride}
 		if pr.Currency != "" {
 			p.Currency = pr.Currency
 		}
@@ -89,11 +90,13 @@ func costInfo(in provider.Instance, providerName string, spec *tidev1.TidePoolSp
 	region := spec.Region
 	if providerName == tidev1.ProviderSim {
 		providerName = tidev1.ProviderAWS
-		if z := in.Zone; len(z) > 1 && z[len(z)-1] >= 'a' && z[len(z)-1] <= 'z' {
-			region = z[:len(z)-1]
+		if in.Zone != "" {
+			region = market.RegionOf(in.Zone)
 		}
 	}
-	return cost.InfoFor(in, providerName, region, spec.Serving.Models)
+	return cost.InstanceInfo{ID: in.ID, Pool: in.Pool, Provider: providerName, Region: region, Zone: in.Zone,
+		InstanceType: in.InstanceType, Market: in.Market, Models: append([]string(nil), spec.Serving.Models...),
+		LaunchedAt: in.LaunchedAt}
 }
 
 // BudgetFor turns spec.budget into the cost package's budget.
@@ -126,7 +129,7 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}
 	res := &cost.Resolver{Catalog: c.Catalog, Live: c.Live, Overrides: overrides}
 	if res.Catalog == nil {
-		res.Catalog = cost.DefaultCatalog()
+		res.Catalog = market.DefaultCatalog()
 	}
 	if src, ok := p.deps.provider.(provider.OfferingSource); ok && c.Live != nil && p.offeringsDue(now) {
 		if offs, err := src.Offerings(p.ctx(), spec); err == nil {
@@ -143,7 +146,7 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}
 	// A stopped standby instance is billed for its disk only, at the same
 	// list and effective price (a stopped disk saves nothing).
-	if err := c.Ledger.SyncPool(p.name, infos, now, func(i cost.InstanceInfo) (cost.Price, cost.Price, error) {
+	if err := c.Ledger.SyncPool(p.name, infos, now, func(i cost.InstanceInfo) (market.Price, market.Price, error) {
 		if stopped[i.ID] {
 			sp, err := standbyPrice(spec)
 			sp.Market = i.Market

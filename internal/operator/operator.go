@@ -38,6 +38,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	awsprov "github.com/tidegpu/tidegpu/internal/provider/aws"
@@ -115,7 +116,7 @@ func Run(ctx context.Context, o Options) error {
 		Logger:    o.Logger,
 		Factory:   Factory(o.StateDir, o.Cluster, o.Logger),
 		Existing:  existingPools(mgr.GetAPIReader()),
-		Costing:   &engine.Costing{Ledger: ledger, Catalog: cost.DefaultCatalog(), Live: cost.NewLivePrices()},
+		Costing:   &engine.Costing{Ledger: ledger, Catalog: market.DefaultCatalog(), Live: cost.NewLivePrices()},
 	})
 	r := &tidepool.Reconciler{Client: mgr.GetClient(), Engines: engines, Recorder: rec,
 		Events: mgr.GetEventRecorder("tidegpu-operator"), Registry: crmetrics.Registry}

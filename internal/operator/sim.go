@@ -11,7 +11,7 @@ import (
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
@@ -74,7 +74,7 @@ func newSimMarket(ctx context.Context, stateDir, key string, s *tidev1.SimSpec, 
 		}
 	}
 	sim, err := spotsim.New(spotsim.Options{Trace: trace, Compression: compression, Notice: notice,
-		Local: procs, Catalog: cost.DefaultCatalog(), Logger: logger})
+		Local: procs, Catalog: market.DefaultCatalog(), Logger: logger})
 	if err != nil {
 		_ = procs.Close(context.Background())
 		return nil, fmt.Errorf("spec.sim: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
@@ -681,18 +682,10 @@ func (c counts) worst(domain func(string) string, atRisk map[string]bool, ready 
 	return v
 }
 
-// RegionOf returns the region of a zone name, the failure domain above the
-// zone: an AWS zone without its trailing letters (us-east-1f → us-east-1),
-// a Tencent zone without its trailing "-number" (ap-guangzhou-3 →
-// ap-guangzhou). Any other name is its own region.
+// RegionOf is market.RegionOf: the region of a zone, the failure domain
+// above it, for every cloud.
 func RegionOf(zone string) string {
-	if r := strings.TrimRight(zone, "abcdefghijklmnopqrstuvwxyz"); r != zone && r != "" && strings.ContainsAny(r[len(r)-1:], "0123456789") {
-		return r
-	}
-	if i := strings.LastIndexByte(zone, '-'); i > 0 && i < len(zone)-1 && strings.Trim(zone[i+1:], "0123456789") == "" {
-		return zone[:i]
-	}
-	return zone
+	return market.RegionOf(zone)
 }
 
 // price treats an unknown price (0) as dearer than any known one, so that

@@ -11,25 +11,21 @@ import (
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/market"
 )
 
-// Market is the purchasing option of an instance.
-type Market string
+// Market is the purchasing option of an instance (market.Market).
+type Market = market.Market
 
 // Markets.
 const (
-	MarketSpot     Market = "spot"
-	MarketOnDemand Market = "on-demand"
+	MarketSpot     = market.Spot
+	MarketOnDemand = market.OnDemand
 )
 
 // MarketFor maps the seed's instanceChargeType to a Market (spot unless the
 // charge type says on-demand).
-func MarketFor(chargeType string) Market {
-	if chargeType == tidev1.ChargeOnDemand {
-		return MarketOnDemand
-	}
-	return MarketSpot
-}
+func MarketFor(chargeType string) Market { return market.For(chargeType) }
 
 // State is the provider-side lifecycle state of an instance. Whether its
 // inference server answers is the engine's business (readiness probes), not
@@ -200,29 +196,18 @@ func IsThrottled(err error) bool {
 	return errors.As(err, &te)
 }
 
-// Price sources, so that every price shown says where it came from.
+// Price sources, so that every price shown says where it came from (the
+// constants of package market).
 const (
-	PriceCatalog  = "catalog"  // the embedded offline table
-	PriceLive     = "live"     // the provider's price API, just now
-	PriceOverride = "override" // the pool's own setting
-	PriceFallback = "fallback" // no spot price known: the on-demand price stands in
+	PriceCatalog  = market.PriceCatalog  // the embedded offline table
+	PriceLive     = market.PriceLive     // the provider's price API, just now
+	PriceOverride = market.PriceOverride // the pool's own setting
+	PriceFallback = market.PriceFallback // no spot price known: the on-demand price stands in
 )
 
 // Offering is one way to run an instance: type x zone x market, with its
-// price per hour and whether capacity is there now. Spot is data, not a
-// method: placement picks among offerings.
-type Offering struct {
-	InstanceType string `json:"instanceType"`
-	Zone         string `json:"zone"`
-	Market       Market `json:"market"`
-	// PricePerHour in Currency; 0 when unknown.
-	PricePerHour float64 `json:"pricePerHour"`
-	Currency     string  `json:"currency,omitempty"`
-	// PriceSource is one of the Price* constants.
-	PriceSource string `json:"priceSource,omitempty"`
-	// Available is false while the provider reports no capacity.
-	Available bool `json:"available"`
-}
+// price per hour and whether capacity is there now (market.Offering).
+type Offering = market.Offering
 
 // OfferingSource is implemented by providers that can list offerings for a
 // pool's spec (instance types x zones x markets) with live prices.

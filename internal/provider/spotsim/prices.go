@@ -2,9 +2,8 @@ package spotsim
 
 import (
 	"fmt"
-	"strings"
 
-	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
@@ -23,17 +22,6 @@ type price struct {
 	perHour float64
 	source  string // provider.Price*; "" when unknown
 	note    string
-}
-
-// RegionOf returns the region of an AWS-style zone name: the zone without
-// its trailing letters (us-east-1f → us-east-1). A name without trailing
-// letters is its own region.
-func RegionOf(zone string) string {
-	r := strings.TrimRight(zone, "abcdefghijklmnopqrstuvwxyz")
-	if r == "" || r == zone {
-		return zone
-	}
-	return r
 }
 
 // resolvePrice prices an offering of the simulator, in this order:
@@ -56,7 +44,7 @@ func (p *Provider) resolvePrice(zone, itype string, m provider.Market) price {
 			return price{v, provider.PriceOverride, "set for zone " + zone}
 		}
 	}
-	region := RegionOf(zone)
+	region := market.RegionOf(zone)
 	if cp, ok := p.opts.Catalog.Price(p.opts.CatalogProvider, region, itype, zone, m); ok && cp.Currency == Currency {
 		return price{cp.PerHour, provider.PriceCatalog, cp.Note}
 	}
@@ -89,9 +77,9 @@ func (p *Provider) priceOfLocked(zone, itype string, m provider.Market) price {
 }
 
 // catalogOrDefault returns c, or the embedded catalog.
-func catalogOrDefault(c *cost.Catalog) *cost.Catalog {
+func catalogOrDefault(c *market.Catalog) *market.Catalog {
 	if c != nil {
 		return c
 	}
-	return cost.DefaultCatalog()
+	return market.DefaultCatalog()
 }

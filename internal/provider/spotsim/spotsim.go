@@ -19,11 +19,12 @@
 // the provider unless Options.CapacityPerPool gives each pool its own copy
 // of the trace.
 //
-// Prices come from the cost catalog (AWS rows, by the zone's region) or a
-// per-zone table, each labelled with its source; see resolvePrice. The API
-// can be made slow (Options.Latency, waited on the injected clock) and
-// flaky: a fraction of calls fail with *provider.ThrottledError, like EC2's
-// RequestLimitExceeded (https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html).
+// Prices come from the price catalog (market.Catalog: AWS rows, by the
+// zone's region, market.RegionOf) or a per-zone table, each labelled with
+// its source; see resolvePrice. The API can be made slow (Options.Latency,
+// waited on the injected clock) and flaky: a fraction of calls fail with
+// *provider.ThrottledError, like EC2's RequestLimitExceeded
+// (https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html).
 //
 // Instances. With Options.Local set, every instance is a real process of
 // that local provider (the built-in inference simulator by default), so the
@@ -55,7 +56,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/eventq"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
@@ -125,11 +126,11 @@ type Options struct {
 	AddressOf func(n uint64) string
 	// Prices overrides prices per zone (labelled PriceOverride).
 	Prices map[string]ZonePrices
-	// Catalog prices the rest (default cost.DefaultCatalog()), looked up as
-	// CatalogProvider (default aws) in the zone's region; DefaultRegion's
-	// on-demand price (default us-east-1) stands in for regions the
-	// catalog lacks.
-	Catalog         *cost.Catalog
+	// Catalog prices the rest (default market.DefaultCatalog()), looked up
+	// as CatalogProvider (default aws) in the zone's region
+	// (market.RegionOf); DefaultRegion's on-demand price (default us-east-1)
+	// stands in for regions the catalog lacks.
+	Catalog         *market.Catalog
 	CatalogProvider string
 	DefaultRegion   string
 	// RevealCapacity makes Offerings report a spot offering Available only

@@ -17,6 +17,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 )
@@ -464,7 +465,7 @@ func TestOfferings(t *testing.T) {
 		price  float64
 		source string
 	}{
-		// Figures of internal/cost's catalog.csv (p3.2xlarge).
+		// Figures of internal/market's catalog.csv (p3.2xlarge).
 		{"us-east-1f", provider.MarketSpot, 0.316025, provider.PriceCatalog},
 		{"us-east-1f", provider.MarketOnDemand, 3.06, provider.PriceCatalog},
 		{"us-west-2c", provider.MarketSpot, 1.012733, provider.PriceCatalog},
@@ -687,5 +688,34 @@ func TestStopStart(t *testing.T) {
 	}
 	if st := p.Stats(); st.Stops != 4 || st.Starts != 2 || st.Launches != 2 || st.Terminates != 0 {
 		t.Errorf("stats %+v: want 4 stops, 2 starts, 2 launches, no terminations", st)
+	}
+}
+
+// TestOfferingsPricedByRegion: a zone is priced by the catalog rows of its
+// region (market.RegionOf), whatever the cloud's zone names look like: an
+// AWS Local Zone by its parent region, a GCP zone by its region.
+func TestOfferingsPricedByRegion(t *testing.T) {
+	cat, err := market.ParseCatalog(strings.NewReader("aws,us-central1,," + DefaultInstanceType + ",spot,0.5,USD,2026-01-01,false,test\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := mkTrace(t, map[string][]int{"us-west-2-lax-1a": {1}, "us-central1-a": {1}})
+	p, _ := newSim(t, Options{Trace: tr, Catalog: market.DefaultCatalog().Merge(cat)})
+	offs, err := p.Offerings(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"us-west-2-lax-1a": 1.012733, "us-central1-a": 0.5} // us-west-2's catalog row; the test row
+	for _, o := range offs {
+		if o.Market != provider.MarketSpot {
+			continue
+		}
+		if w, ok := want[o.Zone]; !ok || math.Abs(o.PricePerHour-w) > 1e-9 || o.PriceSource != provider.PriceCatalog {
+			t.Errorf("%s spot = %v (%s), want %v from the catalog", o.Zone, o.PricePerHour, o.PriceSource, w)
+		}
+		delete(want, o.Zone)
+	}
+	if len(want) != 0 {
+		t.Errorf("no spot offering in %v", want)
 	}
 }

@@ -75,22 +75,6 @@ func TestZoneFromFile(t *testing.T) {
 	}
 }
 
-func TestRegionOf(t *testing.T) {
-	tests := map[string]string{
-		"us-east-1f":  "us-east-1",
-		"us-west-2c":  "us-west-2",
-		"us-east-1":   "us-east-1",
-		"ap-south-1a": "ap-south-1",
-		"local":       "local",
-		"":            "",
-	}
-	for in, want := range tests {
-		if got := RegionOf(in); got != want {
-			t.Errorf("RegionOf(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestLoadTrace(t *testing.T) {
 	write := func(t *testing.T, files map[string]string) string {
 		dir := t.TempDir()

@@ -1,4 +1,4 @@
-package cost
+package market
 
 import (
 	_ "embed"
@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
 // Price is a price per instance-hour and where it came from.
@@ -22,7 +20,7 @@ type Price struct {
 	PerHour float64 `json:"perHour"`
 	// Currency is an ISO 4217 code such as USD or CNY.
 	Currency string `json:"currency"`
-	// Source is one of provider.PriceCatalog, PriceLive, PriceOverride or
+	// Source is one of PriceCatalog, PriceLive, PriceOverride or
 	// PriceFallback.
 	Source string `json:"source"`
 	// AsOf is when the figure was true: the catalog row's date, the time a
@@ -30,7 +28,7 @@ type Price struct {
 	AsOf time.Time `json:"asOf,omitempty"`
 	// Market is the market the figure is a price of. For a fallback it is
 	// on-demand although the instance runs on spot.
-	Market provider.Market `json:"market,omitempty"`
+	Market Market `json:"market,omitempty"`
 	// Estimated marks a figure that is not a published or live price.
 	Estimated bool `json:"estimated,omitempty"`
 	// Note says where the figure comes from and, for a fallback or a stale
@@ -40,14 +38,14 @@ type Price struct {
 
 // Validate checks that the price can be accounted.
 func (p Price) Validate() error {
-	if math.IsNaN(p.PerHour) || p.PerHour < 0 || p.PerHour > maxPerHour {
-		return fmt.Errorf("price per hour %v: want a number between 0 and %v", p.PerHour, maxPerHour)
+	if math.IsNaN(p.PerHour) || p.PerHour < 0 || p.PerHour > MaxPerHour {
+		return fmt.Errorf("price per hour %v: want a number between 0 and %v", p.PerHour, MaxPerHour)
 	}
-	if !validCurrency(p.Currency) {
+	if !ValidCurrency(p.Currency) {
 		return fmt.Errorf("currency %q: want a 3-letter code such as USD", p.Currency)
 	}
 	switch p.Source {
-	case provider.PriceCatalog, provider.PriceLive, provider.PriceOverride, provider.PriceFallback:
+	case PriceCatalog, PriceLive, PriceOverride, PriceFallback:
 	default:
 		return fmt.Errorf("price source %q: want catalog, live, override or fallback", p.Source)
 	}
@@ -55,18 +53,6 @@ func (p Price) Validate() error {
 		return fmt.Errorf("price date %v: out of range", p.AsOf)
 	}
 	return nil
-}
-
-func validCurrency(c string) bool {
-	if len(c) < 3 || len(c) > 8 {
-		return false
-	}
-	for i := 0; i < len(c); i++ {
-		if c[i] < 'A' || c[i] > 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 // CatalogEntry is one row of a price catalog.
@@ -78,8 +64,8 @@ type CatalogEntry struct {
 	// Zone "" is the region-wide price.
 	Zone string `json:"zone,omitempty"`
 	// InstanceType "*" matches any type.
-	InstanceType string          `json:"instanceType"`
-	Market       provider.Market `json:"market"`
+	InstanceType string `json:"instanceType"`
+	Market       Market `json:"market"`
 	// PerHour in Currency, true on AsOf; Estimated marks a figure that is
 	// not a published price.
 	PerHour   float64   `json:"perHour"`
@@ -92,7 +78,7 @@ type CatalogEntry struct {
 
 type catKey struct {
 	provider, region, zone, instanceType string
-	market                               provider.Market
+	market                               Market
 }
 
 // Catalog is an offline table of prices, looked up by provider, region,
@@ -103,8 +89,8 @@ type Catalog struct {
 
 // Price returns the catalog price for an offering: the zone's own row, else
 // the region-wide row, else a row for any instance type, else one for any
-// region. The Source is always provider.PriceCatalog.
-func (c *Catalog) Price(providerName, region, instanceType, zone string, market provider.Market) (Price, bool) {
+// region. The Source is always PriceCatalog.
+func (c *Catalog) Price(providerName, region, instanceType, zone string, market Market) (Price, bool) {
 	if c == nil {
 		return Price{}, false
 	}
@@ -116,7 +102,7 @@ func (c *Catalog) Price(providerName, region, instanceType, zone string, market 
 		{providerName, "*", "", "*", market},
 	} {
 		if e, ok := c.entries[k]; ok {
-			return Price{PerHour: e.PerHour, Currency: e.Currency, Source: provider.PriceCatalog, AsOf: e.AsOf,
+			return Price{PerHour: e.PerHour, Currency: e.Currency, Source: PriceCatalog, AsOf: e.AsOf,
 				Market: e.Market, Estimated: e.Estimated, Note: "catalog: " + e.Source}, true
 		}
 	}
@@ -178,7 +164,7 @@ var defaultCatalog = sync.OnceValues(func() (*Catalog, error) { return ParseCata
 func DefaultCatalog() *Catalog {
 	c, err := defaultCatalog()
 	if err != nil {
-		panic(fmt.Sprintf("cost: embedded catalog.csv: %v", err))
+		panic(fmt.Sprintf("market: embedded catalog.csv: %v", err))
 	}
 	return c
 }
@@ -257,19 +243,19 @@ func parseCatalogRow(rec []string, sources map[string]string) (CatalogEntry, err
 		}
 	}
 	e := CatalogEntry{Provider: rec[0], Region: rec[1], Zone: rec[2], InstanceType: rec[3],
-		Market: provider.Market(rec[4]), Currency: rec[6], Source: rec[9]}
+		Market: Market(rec[4]), Currency: rec[6], Source: rec[9]}
 	if e.Provider == "" || e.Region == "" || e.InstanceType == "" {
 		return e, errors.New("provider, region and instance_type are required")
 	}
-	if e.Market != provider.MarketSpot && e.Market != provider.MarketOnDemand {
+	if e.Market != Spot && e.Market != OnDemand {
 		return e, fmt.Errorf("market %q: want spot or on-demand", rec[4])
 	}
 	p, err := strconv.ParseFloat(rec[5], 64)
-	if err != nil || math.IsNaN(p) || p < 0 || p > maxPerHour {
-		return e, fmt.Errorf("price_per_hour %q: want a number between 0 and %v", rec[5], maxPerHour)
+	if err != nil || math.IsNaN(p) || p < 0 || p > MaxPerHour {
+		return e, fmt.Errorf("price_per_hour %q: want a number between 0 and %v", rec[5], MaxPerHour)
 	}
 	e.PerHour = p
-	if !validCurrency(e.Currency) {
+	if !ValidCurrency(e.Currency) {
 		return e, fmt.Errorf("currency %q: want a code such as USD", e.Currency)
 	}
 	d, err := time.Parse("2006-01-02", rec[7])
@@ -291,4 +277,10 @@ func parseCatalogRow(rec []string, sources map[string]string) (CatalogEntry, err
 		e.Source = s
 	}
 	return e, nil
+}
+
+// validTime bounds dates to what int64 nanoseconds hold, with margin (the
+// cost ledger's bound).
+func validTime(t time.Time) bool {
+	return t.Year() >= 1970 && t.Year() < 2200
 }

@@ -1,35 +1,34 @@
-package cost
+package market
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tidegpu/tidegpu/internal/provider"
 )
 
 func TestDefaultCatalogKnownFigures(t *testing.T) {
 	c := DefaultCatalog()
 	cases := []struct {
 		provider, region, typ, zone string
-		market                      provider.Market
+		market                      Market
 		want                        float64
 		currency                    string
 	}{
 		// AWS Price List figures the issue quotes.
-		{"aws", "us-east-1", "p3.2xlarge", "", provider.MarketOnDemand, 3.06, "USD"},
-		{"aws", "us-east-1", "g5.48xlarge", "", provider.MarketOnDemand, 16.288, "USD"},
-		{"aws", "us-west-2", "g5.48xlarge", "us-west-2b", provider.MarketOnDemand, 16.288, "USD"},
-		{"aws", "us-east-1", "g4dn.xlarge", "us-east-1a", provider.MarketOnDemand, 0.526, "USD"},
-		{"aws", "us-east-1", "p5.48xlarge", "", provider.MarketOnDemand, 55.04, "USD"},
-		{"aws", "us-east-1", "p3.2xlarge", "", provider.MarketSpot, 0.316025, "USD"},
+		{"aws", "us-east-1", "p3.2xlarge", "", OnDemand, 3.06, "USD"},
+		{"aws", "us-east-1", "g5.48xlarge", "", OnDemand, 16.288, "USD"},
+		{"aws", "us-west-2", "g5.48xlarge", "us-west-2b", OnDemand, 16.288, "USD"},
+		{"aws", "us-east-1", "g4dn.xlarge", "us-east-1a", OnDemand, 0.526, "USD"},
+		{"aws", "us-east-1", "p5.48xlarge", "", OnDemand, 55.04, "USD"},
+		{"aws", "us-east-1", "p3.2xlarge", "", Spot, 0.316025, "USD"},
 		// The zones of the SpotHedge traces (bench/spot): us-east-1, us-east-2, us-west-2.
-		{"aws", "us-east-2", "p3.2xlarge", "us-east-2a", provider.MarketSpot, 0.38785, "USD"},
-		{"aws", "us-east-2", "p3.2xlarge", "us-east-2b", provider.MarketOnDemand, 3.06, "USD"},
-		{"aws", "us-west-2", "p3.2xlarge", "us-west-2c", provider.MarketSpot, 1.012733, "USD"},
-		{"tencent", "ap-guangzhou", "GN7.2XLARGE32", "ap-guangzhou-3", provider.MarketOnDemand, 1.26, "USD"},
-		{"tencent", "ap-guangzhou", "GN10X.2XLARGE40", "", provider.MarketOnDemand, 2.68, "USD"},
-		{"local", "anywhere", "whatever", "", provider.MarketSpot, 0, "USD"},
+		{"aws", "us-east-2", "p3.2xlarge", "us-east-2a", Spot, 0.38785, "USD"},
+		{"aws", "us-east-2", "p3.2xlarge", "us-east-2b", OnDemand, 3.06, "USD"},
+		{"aws", "us-west-2", "p3.2xlarge", "us-west-2c", Spot, 1.012733, "USD"},
+		{"tencent", "ap-guangzhou", "GN7.2XLARGE32", "ap-guangzhou-3", OnDemand, 1.26, "USD"},
+		{"tencent", "ap-guangzhou", "GN10X.2XLARGE40", "", OnDemand, 2.68, "USD"},
+		{"local", "anywhere", "whatever", "", Spot, 0, "USD"},
 	}
 	for _, tc := range cases {
 		p, ok := c.Price(tc.provider, tc.region, tc.typ, tc.zone, tc.market)
@@ -37,18 +36,18 @@ func TestDefaultCatalogKnownFigures(t *testing.T) {
 			t.Errorf("%s %s %s %s: not in the catalog", tc.provider, tc.region, tc.typ, tc.market)
 			continue
 		}
-		if p.PerHour != tc.want || p.Currency != tc.currency || p.Source != provider.PriceCatalog || p.Market != tc.market {
+		if p.PerHour != tc.want || p.Currency != tc.currency || p.Source != PriceCatalog || p.Market != tc.market {
 			t.Errorf("%s %s %s %s = %+v, want %v %s from the catalog", tc.provider, tc.region, tc.typ, tc.market, p, tc.want, tc.currency)
 		}
 	}
 	for _, miss := range []struct {
 		provider, region, typ string
-		market                provider.Market
+		market                Market
 	}{
-		{"aws", "us-east-1", "p5.4xlarge", provider.MarketSpot}, // not found in any source
-		{"tencent", "ap-shanghai", "GN7.2XLARGE32", provider.MarketOnDemand},
-		{"tencent", "ap-guangzhou", "GN7.2XLARGE32", provider.MarketSpot},
-		{"aws", "eu-west-1", "p3.2xlarge", provider.MarketOnDemand},
+		{"aws", "us-east-1", "p5.4xlarge", Spot}, // not found in any source
+		{"tencent", "ap-shanghai", "GN7.2XLARGE32", OnDemand},
+		{"tencent", "ap-guangzhou", "GN7.2XLARGE32", Spot},
+		{"aws", "eu-west-1", "p3.2xlarge", OnDemand},
 	} {
 		if p, ok := c.Price(miss.provider, miss.region, miss.typ, "", miss.market); ok {
 			t.Errorf("%v: got %+v, want no catalog price", miss, p)
@@ -72,8 +71,8 @@ func TestDefaultCatalogRowsAreSourcedAndDated(t *testing.T) {
 		if e.Estimated {
 			t.Errorf("%+v: estimated figure in the embedded catalog; the header says there are none", e)
 		}
-		if e.Market == provider.MarketSpot && e.Provider == "aws" {
-			od, ok := DefaultCatalog().Price(e.Provider, e.Region, e.InstanceType, "", provider.MarketOnDemand)
+		if e.Market == Spot && e.Provider == "aws" {
+			od, ok := DefaultCatalog().Price(e.Provider, e.Region, e.InstanceType, "", OnDemand)
 			if !ok || e.PerHour >= od.PerHour {
 				t.Errorf("%+v: spot not below on-demand %+v", e, od)
 			}
@@ -112,22 +111,22 @@ x,*,,*,spot,5,USD,2026-01-01,false,other
 		{"r2", "", "t9", 5},
 	}
 	for _, tc := range cases {
-		p, ok := c.Price("x", tc.region, tc.typ, tc.zone, provider.MarketSpot)
+		p, ok := c.Price("x", tc.region, tc.typ, tc.zone, Spot)
 		if !ok || p.PerHour != tc.want {
 			t.Errorf("%s/%s %s = %v %v, want %v", tc.region, tc.zone, tc.typ, p.PerHour, ok, tc.want)
 		}
 	}
-	if p, _ := c.Price("x", "r2", "t1", "", provider.MarketSpot); !p.Estimated || p.Note != "catalog: a test source" {
+	if p, _ := c.Price("x", "r2", "t1", "", Spot); !p.Estimated || p.Note != "catalog: a test source" {
 		t.Errorf("estimated row = %+v, want Estimated and the cited source", p)
 	}
-	if _, ok := c.Price("x", "r1", "t1", "", provider.MarketOnDemand); ok {
+	if _, ok := c.Price("x", "r1", "t1", "", OnDemand); ok {
 		t.Error("a spot row answered for on-demand")
 	}
 	merged := c.Merge(mustCatalog(t, "x,r1,,t1,spot,9,USD,2026-02-01,false,newer\n"))
-	if p, _ := merged.Price("x", "r1", "t1", "", provider.MarketSpot); p.PerHour != 9 {
+	if p, _ := merged.Price("x", "r1", "t1", "", Spot); p.PerHour != 9 {
 		t.Errorf("merged = %v, want the second catalog's row", p.PerHour)
 	}
-	if p, _ := c.Price("x", "r1", "t1", "", provider.MarketSpot); p.PerHour != 2 {
+	if p, _ := c.Price("x", "r1", "t1", "", Spot); p.PerHour != 2 {
 		t.Errorf("Merge changed its receiver: %v", p.PerHour)
 	}
 }
@@ -159,7 +158,7 @@ func TestParseCatalogErrors(t *testing.T) {
 	for name, in := range cases {
 		_, err := ParseCatalog(strings.NewReader(in))
 		var ce *CatalogError
-		if err == nil || !errorsAs(err, &ce) || ce.Line < 1 {
+		if err == nil || !errors.As(err, &ce) || ce.Line < 1 {
 			t.Errorf("%s: err = %v, want a CatalogError with a line", name, err)
 		}
 	}
