@@ -55,13 +55,17 @@ type Pool struct {
 	noStandby, standbyWarned bool
 	notices                  map[string]time.Time // reclaim notices from agents on the instances
 	probing                  map[string]context.CancelFunc
-	lost                     map[string]string // id → why, for the next launch's "replacing" note
+	awaiting                 map[string]provider.Instance // with deps.manualReady: instances waiting for MarkReady
+	lost                     map[string]string            // id → why, for the next launch's "replacing" note
 	status                   tidev1.TidePoolStatus
 	failures                 int // consecutive failed rounds
 	launchFails              int // consecutive failed launches
 	blocked                  time.Time
 	lastTargets              []registrar.Target
-	synced                   bool
+	// steered: the last launches had refusals the capacity memory took;
+	// the next round, at once, places them elsewhere.
+	steered bool
+	synced  bool
 
 	// cost
 	budgetAt       time.Time
@@ -104,6 +108,11 @@ type deps struct {
 	onRound   func(pool string)
 	costing   *Costing
 	signals   Signals
+	// manualReady: no readiness probes; the instances that would be
+	// probed wait in Pool.awaiting until Driver.MarkReady (replays).
+	manualReady bool
+	// serial applies launches and starts one after another (replays).
+	serial bool
 }
 
 func newPool(name string, d *deps) *Pool {
@@ -118,6 +127,7 @@ func newPool(name string, d *deps) *Pool {
 		startedAt:      map[string]time.Time{},
 		notices:        map[string]time.Time{},
 		probing:        map[string]context.CancelFunc{},
+		awaiting:       map[string]provider.Instance{},
 		lost:           map[string]string{},
 	}
 }
@@ -423,8 +433,12 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 			requeue = every
 		}
 	}
-	if len(launched) > 0 {
-		// New instances change the picture; look again soon.
+	p.mu.Lock()
+	steered := p.steered
+	p.mu.Unlock()
+	if len(launched) > 0 || steered {
+		// New instances change the picture, and refused launches go
+		// elsewhere: look again soon.
 		requeue = time.Millisecond
 	}
 	if b := p.blockedUntil(); len(plan.Launches) > len(launched) && b.After(now) {
@@ -450,6 +464,9 @@ func (p *Pool) noteTargets(ts []registrar.Target) {
 
 // launch performs the plan's launches and returns the accepted instances.
 func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launch) []provider.Instance {
+	p.mu.Lock()
+	p.steered = false
+	p.mu.Unlock()
 	if len(ls) == 0 {
 		return nil
 	}
@@ -459,7 +476,10 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 		wg       sync.WaitGroup
 		out      []provider.Instance
 		failures int
-		lastErr  error
+		// steered counts refusals the capacity memory took: the next
+		// round places elsewhere, so they hold no launch back.
+		steered int
+		lastErr error
 	)
 	p.mu.Lock()
 	var replacing []string
@@ -474,9 +494,7 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 		if i < len(replacing) {
 			note = " replacing " + replacing[i]
 		}
-		wg.Add(1)
-		go func(l Launch, note string) {
-			defer wg.Done()
+		one := func(l Launch, note string) {
 			key := string(l.Market) + "|" + l.Zone + "|" + l.InstanceType
 			req := provider.LaunchRequest{Pool: p.name, Spec: spec, Token: p.takeToken(key), Market: l.Market,
 				Zone: l.Zone, InstanceType: l.InstanceType}
@@ -485,11 +503,13 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 			p.mu.Lock()
 			mem := p.capMem
 			p.mu.Unlock()
-			if mem != nil && l.Zone != "" {
+			remembered := mem != nil && l.Zone != "" &&
 				mem.Observe(placement.Key{Zone: l.Zone, InstanceType: l.InstanceType, Market: l.Market}, err)
-			}
 			mu.Lock()
 			defer mu.Unlock()
+			if remembered {
+				steered++
+			}
 			if err != nil {
 				failures++
 				lastErr = err
@@ -500,14 +520,23 @@ func (p *Pool) launch(ctx context.Context, spec *tidev1.TidePoolSpec, ls []Launc
 			d.metrics.launches.WithLabelValues(p.name, string(in.Market)).Inc()
 			d.recorder.Eventf(events.TypeNormal, "Launched", p.name, in.ID, "launched %s at %s (%s market)%s: %s", in.ID, orDash(in.Address), in.Market, note, l.Reason)
 			out = append(out, in)
-		}(l, note)
+		}
+		if d.serial {
+			one(l, note)
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); one(l, note) }()
 	}
 	wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if failures > 0 {
+	p.steered = steered > 0
+	if failures > steered {
 		p.launchFails++
 		p.blocked = d.clock.Now().Add(backoff(p.launchFails))
+	}
+	if failures > 0 {
 		reason := "LaunchFailed"
 		if provider.IsInsufficientCapacity(lastErr) {
 			reason = "InsufficientCapacity"
@@ -580,6 +609,12 @@ func newToken() string {
 func (p *Pool) startProbe(ctx context.Context, in provider.Instance, path string) {
 	p.mu.Lock()
 	if _, ok := p.probing[in.ID]; ok || p.ready[in.ID] {
+		p.mu.Unlock()
+		return
+	}
+	if p.deps.manualReady {
+		p.probing[in.ID] = func() {}
+		p.awaiting[in.ID] = in
 		p.mu.Unlock()
 		return
 	}

@@ -59,9 +59,7 @@ func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
 		out []provider.Instance
 	)
 	for _, st := range ss {
-		wg.Add(1)
-		go func(st Start) {
-			defer wg.Done()
+		one := func(st Start) {
 			in, err := s.Start(ctx, st.ID)
 			p.mu.Lock()
 			mem := p.capMem
@@ -83,7 +81,13 @@ func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
 			mu.Lock()
 			out = append(out, in)
 			mu.Unlock()
-		}(st)
+		}
+		if d.serial {
+			one(st)
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); one(st) }()
 	}
 	wg.Wait()
 	return out
