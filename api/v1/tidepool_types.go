@@ -169,8 +169,33 @@ type SecretReference struct {
 	Name string `json:"name"`
 }
 
-// PlacementSpec configures spot placement across the provider's offerings.
-// +kubebuilder:validation:XValidation:rule="!has(self.coverPreemptedOnly) || !self.coverPreemptedOnly || has(self.coverLoss)",message="spec.placement.coverPreemptedOnly needs spec.placement.coverLoss (Zone or Region)"
+// Placement strategies (spec.placement.strategy).
+const (
+	// StrategyAdaptive learns the market it runs on (how often each zone
+	// takes instances back, the notice it gives, this pool's cold and warm
+	// starts) and keeps, per round, the spare spot instances, on-demand
+	// cover and standby starts that hold spec.placement.availabilityTarget
+	// at the lowest expected cost. The default.
+	StrategyAdaptive = "Adaptive"
+	// StrategyLowestPrice runs spot in the cheapest zones and on-demand
+	// only for what spot cannot hold: the cheapest, with a dip at every
+	// reclaim that a replacement cannot cover within the notice.
+	StrategyLowestPrice = "LowestPrice"
+	// StrategyZoneResilient spreads spot over zones and regions (at most
+	// half the pool's spot in one zone), keeps on-demand cover for the loss
+	// of the fullest zone while spot cannot spread that far, and covers
+	// every gap in ready spot with on-demand at once. Fixed rules, no
+	// learning.
+	StrategyZoneResilient = "ZoneResilient"
+	// StrategyOnDemand runs every instance on-demand.
+	StrategyOnDemand = "OnDemand"
+)
+
+// DefaultAvailabilityTarget is spec.placement.availabilityTarget's default.
+const DefaultAvailabilityTarget = "99.9"
+
+// PlacementSpec configures spot placement across the provider's offerings:
+// a named strategy and the few numbers a pool's owner decides.
 type PlacementSpec struct {
 	// AvailabilityZones limits placement to these zones; empty means every
 	// zone the provider offers in the region.
@@ -194,80 +219,38 @@ type PlacementSpec struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +optional
 	SubnetIDs map[string]string `json:"subnetIds,omitempty"`
-	// Overprovision is the number of spare spot instances kept beyond the
-	// wanted count, as a safeguard against preemptions.
-	// +kubebuilder:validation:Minimum=0
+	// Strategy decides spot, spares, on-demand and standby: Adaptive (the
+	// default), LowestPrice, ZoneResilient or OnDemand; docs/guide.md says
+	// what each does and when to pick it.
+	// +kubebuilder:validation:Enum=Adaptive;LowestPrice;ZoneResilient;OnDemand
 	// +optional
-	Overprovision int32 `json:"overprovision,omitempty"`
-	// OnDemandBase is the number of always-on on-demand instances.
+	Strategy string `json:"strategy,omitempty"`
+	// AvailabilityTarget is the share of time, in percent, that the
+	// Adaptive strategy aims to hold the wanted number of instances
+	// serving, for example "99.9" (the default) or "99". Other strategies
+	// ignore it.
+	// +kubebuilder:validation:Pattern=`^(100(\.0+)?|[1-9]?[0-9](\.[0-9]+)?)$`
+	// +optional
+	AvailabilityTarget string `json:"availabilityTarget,omitempty"`
+	// OnDemandBase is the number of always-on on-demand instances, part of
+	// the wanted count.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	OnDemandBase int32 `json:"onDemandBase,omitempty"`
-	// SpotFallback launches on-demand instances for what spot cannot hold
-	// and retires them (without a dip) once spot is back. Default true.
-	// +optional
-	SpotFallback *bool `json:"spotFallback,omitempty"`
-	// EagerFallback covers every gap in ready spot with on-demand at once,
-	// even while a spot replacement starts.
-	// +optional
-	EagerFallback bool `json:"eagerFallback,omitempty"`
-	// MaxPerZone caps the pool's spot instances in one availability zone (a
-	// zone fails as one); spot that no zone below the cap can take is
-	// covered by the on-demand fallback. 0 means no cap.
-	// +kubebuilder:validation:Minimum=0
-	// +optional
-	MaxPerZone int32 `json:"maxPerZone,omitempty"`
-	// SpreadRegions places each spot instance in the region holding the
-	// fewest of the pool's spot before the zone holding the fewest (zones of
-	// one region often fail together). Best with maxPerZone.
-	// +optional
-	SpreadRegions bool `json:"spreadRegions,omitempty"`
-	// CoverLoss keeps enough on-demand instances that losing all the pool's
-	// spot in any one Zone (or Region) still leaves the wanted count; they
-	// are retired once ready spot outside the largest zone (region) covers
-	// it. Unset: no cover.
-	// +kubebuilder:validation:Enum=Zone;Region
-	// +optional
-	CoverLoss string `json:"coverLoss,omitempty"`
-	// CoverPreemptedOnly narrows coverLoss to zones that lost a spot
-	// instance to a preemption within preemptedFor.
-	// +optional
-	CoverPreemptedOnly bool `json:"coverPreemptedOnly,omitempty"`
-	// PreemptedFor is how long a zone that lost a spot instance to a
-	// preemption is placed after the others and counts as at risk. Default 1h.
-	// +optional
-	PreemptedFor *metav1.Duration `json:"preemptedFor,omitempty"`
-	// PreemptedForMax makes the preempted hold adaptive: each preemption
-	// episode of a zone holds it at risk for preemptedFor x 2^(k-1), k its
-	// episodes in the last 24h, up to preemptedForMax. Unset, or not above
-	// preemptedFor: every preemption holds for preemptedFor.
-	// +optional
-	PreemptedForMax *metav1.Duration `json:"preemptedForMax,omitempty"`
-	// MaxPerPreemptedZone caps the pool's spot instances in a zone preempted
-	// within its hold (1 keeps a canary there); spot it cannot take is
-	// covered by the on-demand fallback. 0 means no cap beyond maxPerZone.
-	// +kubebuilder:validation:Minimum=0
-	// +optional
-	MaxPerPreemptedZone int32 `json:"maxPerPreemptedZone,omitempty"`
 	// Standby is the number of stopped on-demand instances kept as a warm
 	// standby, like an EC2 Auto Scaling warm pool: each was launched, became
 	// Ready once (image and model on its disk), then was stopped; a stopped
 	// instance costs only its storage (spec.pricing.standbyPerHour). When
-	// the pool needs on-demand capacity (fallback, cover, base), it starts
-	// a standby instance, which serves after a warm start (boot, model from
-	// its own disk) instead of a cold start, and an on-demand instance that
-	// is no longer needed is stopped back into standby. Needs a provider
-	// that can stop instances (aws, tencent; sim without processes);
-	// elsewhere it is ignored with a warning. 0 means none.
+	// the pool needs on-demand capacity, it starts a standby instance, which
+	// serves after a warm start instead of a cold one, and an on-demand
+	// instance no longer needed is stopped back into standby. Needs a
+	// provider that can stop instances (aws, tencent; sim without
+	// processes). Unset: the Adaptive strategy keeps one per spot instance
+	// where the provider can stop instances, the others none; 0: none.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	// +optional
-	Standby int32 `json:"standby,omitempty"`
-	// CheapFirst places spot in the cheapest usable zone before the zone
-	// holding the fewest of the pool's spot; spread then comes from
-	// maxPerZone.
-	// +optional
-	CheapFirst bool `json:"cheapFirst,omitempty"`
+	Standby *int32 `json:"standby,omitempty"`
 }
 
 // SimSpec configures the spot-market simulator: it replays real spot

@@ -308,19 +308,9 @@ func (in *PlacementSpec) DeepCopyInto(out *PlacementSpec) {
 			(*out)[key] = val
 		}
 	}
-	if in.SpotFallback != nil {
-		in, out := &in.SpotFallback, &out.SpotFallback
-		*out = new(bool)
-		**out = **in
-	}
-	if in.PreemptedFor != nil {
-		in, out := &in.PreemptedFor, &out.PreemptedFor
-		*out = new(metav1.Duration)
-		**out = **in
-	}
-	if in.PreemptedForMax != nil {
-		in, out := &in.PreemptedForMax, &out.PreemptedForMax
-		*out = new(metav1.Duration)
+	if in.Standby != nil {
+		in, out := &in.Standby, &out.Standby
+		*out = new(int32)
 		**out = **in
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -146,6 +148,9 @@ func strictMessage(err error) string {
 	return "decoding: " + msg
 }
 
+// availabilityPattern is the CRD's pattern of spec.placement.availabilityTarget.
+var availabilityPattern = regexp.MustCompile(`^(100(\.0+)?|[1-9]?[0-9](\.[0-9]+)?)$`)
+
 // Validate applies the rules the CRD enforces in the cluster.
 func Validate(p *tidev1.TidePool) field.ErrorList {
 	var errs field.ErrorList
@@ -241,34 +246,22 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 	}
 	if pl := s.Placement; pl != nil {
 		pp := spec.Child("placement")
-		if pl.Overprovision < 0 {
-			errs = append(errs, field.Invalid(pp.Child("overprovision"), pl.Overprovision, "must be >= 0"))
+		switch pl.Strategy {
+		case "", tidev1.StrategyAdaptive, tidev1.StrategyLowestPrice, tidev1.StrategyZoneResilient, tidev1.StrategyOnDemand:
+		default:
+			errs = append(errs, field.NotSupported(pp.Child("strategy"), pl.Strategy,
+				[]string{tidev1.StrategyAdaptive, tidev1.StrategyLowestPrice, tidev1.StrategyZoneResilient, tidev1.StrategyOnDemand}))
+		}
+		if t := pl.AvailabilityTarget; t != "" {
+			if v, err := strconv.ParseFloat(t, 64); err != nil || !availabilityPattern.MatchString(t) || v <= 0 || v > 100 {
+				errs = append(errs, field.Invalid(pp.Child("availabilityTarget"), t, "must be a percentage above 0 and at most 100, such as \"99.9\""))
+			}
 		}
 		if pl.OnDemandBase < 0 {
 			errs = append(errs, field.Invalid(pp.Child("onDemandBase"), pl.OnDemandBase, "must be >= 0"))
 		}
-		if pl.MaxPerZone < 0 {
-			errs = append(errs, field.Invalid(pp.Child("maxPerZone"), pl.MaxPerZone, "must be >= 0 (0: no cap)"))
-		}
-		switch pl.CoverLoss {
-		case "", "Zone", "Region":
-		default:
-			errs = append(errs, field.NotSupported(pp.Child("coverLoss"), pl.CoverLoss, []string{"Zone", "Region"}))
-		}
-		if pl.CoverPreemptedOnly && pl.CoverLoss == "" {
-			errs = append(errs, field.Invalid(pp.Child("coverPreemptedOnly"), true, "needs spec.placement.coverLoss (Zone or Region)"))
-		}
-		if pl.Standby < 0 || pl.Standby > 100 {
-			errs = append(errs, field.Invalid(pp.Child("standby"), pl.Standby, "must be between 0 and 100"))
-		}
-		if pl.MaxPerPreemptedZone < 0 {
-			errs = append(errs, field.Invalid(pp.Child("maxPerPreemptedZone"), pl.MaxPerPreemptedZone, "must be >= 0 (0: no cap)"))
-		}
-		if pl.PreemptedForMax != nil && pl.PreemptedForMax.Duration <= 0 {
-			errs = append(errs, field.Invalid(pp.Child("preemptedForMax"), pl.PreemptedForMax.Duration.String(), "must be a positive duration such as 32h"))
-		}
-		if pl.PreemptedFor != nil && pl.PreemptedFor.Duration <= 0 {
-			errs = append(errs, field.Invalid(pp.Child("preemptedFor"), pl.PreemptedFor.Duration.String(), "must be a positive duration such as 1h"))
+		if pl.Standby != nil && (*pl.Standby < 0 || *pl.Standby > 100) {
+			errs = append(errs, field.Invalid(pp.Child("standby"), *pl.Standby, "must be between 0 and 100"))
 		}
 		if len(pl.InstanceTypes) > 10 {
 			errs = append(errs, field.TooMany(pp.Child("instanceTypes"), len(pl.InstanceTypes), 10))

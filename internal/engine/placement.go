@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
@@ -10,18 +11,57 @@ import (
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
 
-// PolicyFor turns spec.placement into a placement policy.
-func PolicyFor(spec *tidev1.TidePoolSpec) (placement.Policy, bool) {
+// StrategyOf returns the pool's placement strategy (Adaptive unless
+// spec.placement.strategy says otherwise) and whether the pool is placed
+// at all (spec.placement set).
+func StrategyOf(spec *tidev1.TidePoolSpec) (placement.Strategy, bool) {
+	if spec.Placement == nil {
+		return "", false
+	}
+	if s := spec.Placement.Strategy; s != "" {
+		return placement.Strategy(s), true
+	}
+	return placement.Adaptive, true
+}
+
+// StandbyFor is the warm standby size the spec asks for with want
+// instances: spec.placement.standby, else one per spot instance for the
+// Adaptive strategy (none for the others).
+func StandbyFor(spec *tidev1.TidePoolSpec, want int32) int {
 	pl := spec.Placement
 	if pl == nil {
-		return placement.Policy{}, false
+		return 0
 	}
-	fallback := pl.SpotFallback == nil || *pl.SpotFallback
-	return placement.Policy{Overprovision: int(pl.Overprovision), OnDemandBase: int(pl.OnDemandBase),
-		SpotFallback: fallback, EagerFallback: pl.EagerFallback && fallback, Zones: pl.AvailabilityZones,
-		MaxPerZone: int(pl.MaxPerZone), SpreadRegions: pl.SpreadRegions,
-		CoverLoss: placement.Domain(pl.CoverLoss), CoverPreemptedOnly: pl.CoverPreemptedOnly,
-		MaxPerPreemptedZone: int(pl.MaxPerPreemptedZone), CheapFirst: pl.CheapFirst, Standby: int(pl.Standby)}, true
+	if pl.Standby != nil {
+		return int(*pl.Standby)
+	}
+	if s, _ := StrategyOf(spec); s == placement.Adaptive {
+		return int(max(0, want-min(want, pl.OnDemandBase)))
+	}
+	return 0
+}
+
+// TargetOf is spec.placement.availabilityTarget as a fraction.
+func TargetOf(spec *tidev1.TidePoolSpec) float64 {
+	t := tidev1.DefaultAvailabilityTarget
+	if spec.Placement != nil && spec.Placement.AvailabilityTarget != "" {
+		t = spec.Placement.AvailabilityTarget
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 || v > 100 {
+		v, _ = strconv.ParseFloat(tidev1.DefaultAvailabilityTarget, 64)
+	}
+	return v / 100
+}
+
+// timingOf is what the pool plans with: what it measured, else the
+// provider's documented notice and assumed starts.
+func timingOf(spec *tidev1.TidePoolSpec, mem *placement.CapacityMemory) placement.Timing {
+	t := placement.DefaultTiming(spec.Provider)
+	if spec.Provider == tidev1.ProviderSim && spec.Sim != nil && spec.Sim.NoticeSeconds != nil {
+		t.Notice = time.Duration(*spec.Sim.NoticeSeconds) * time.Second
+	}
+	return t.Merge(mem.Timing())
 }
 
 // offeringsRefresh paces offering look-ups for placement.
@@ -31,7 +71,7 @@ const offeringsRefresh = 15 * time.Second
 // market) and retirements, replacing the plan's own. It reports whether a
 // policy decided.
 func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now time.Time) bool {
-	pol, ok := PolicyFor(spec)
+	strategy, ok := StrategyOf(spec)
 	if !ok {
 		return false
 	}
@@ -39,18 +79,13 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	if !ok {
 		return false
 	}
-	if pol.Standby > 0 && !p.standbyUsable(spec) {
-		pol.Standby = 0
+	standby := StandbyFor(spec, plan.Desired)
+	if standby > 0 && !p.standbyUsable(spec) {
+		standby = 0
 	}
 	p.mu.Lock()
 	if p.capMem == nil {
 		p.capMem = placement.NewCapacityMemory(p.deps.clock, 0)
-	}
-	if d := spec.Placement.PreemptedFor; d != nil && d.Duration > 0 {
-		p.capMem.SetPreemptedTTL(d.Duration)
-	}
-	if d := spec.Placement.PreemptedForMax; d != nil && d.Duration > 0 {
-		p.capMem.SetPreemptedBackoff(d.Duration, 0)
 	}
 	offers, at := p.offers, p.offersAt
 	p.mu.Unlock()
@@ -97,7 +132,18 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 		}
 		return true
 	}
-	dec := pol.Decide(placement.Input{Want: int(plan.Desired), Instances: insts, Offerings: offers, Memory: p.capMem})
+	held := map[placement.Key]int{}
+	for _, x := range insts {
+		if !x.Leaving && !x.Stopped && x.Market != provider.MarketOnDemand {
+			held[placement.Key{Zone: x.Zone, InstanceType: x.InstanceType, Market: x.Market}]++
+		}
+	}
+	p.capMem.Accrue(held)
+	pin := placement.Input{Want: int(plan.Desired), Instances: insts, Offerings: offers, Memory: p.capMem}
+	pol, why := strategy.Resolve(placement.Env{Want: int(plan.Desired), OnDemandBase: int(spec.Placement.OnDemandBase),
+		Zones: spec.Placement.AvailabilityZones, Standby: standby, Target: TargetOf(spec), Timing: timingOf(spec, p.capMem)}, pin)
+	p.notePolicy(strategy, why)
+	dec := pol.Decide(pin)
 	for _, l := range dec.Launches {
 		plan.Launches = append(plan.Launches, Launch{Market: l.Market, Zone: l.Zone, InstanceType: l.InstanceType, Reason: l.Reason})
 	}
@@ -166,6 +212,17 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 		plan.Targets = append([]registrar.Target(nil), kept...)
 	}
 	return true
+}
+
+// notePolicy records what the strategy resolved to when it changes.
+func (p *Pool) notePolicy(s placement.Strategy, why string) {
+	p.mu.Lock()
+	same := p.policyWhy == why
+	p.policyWhy = why
+	p.mu.Unlock()
+	if !same {
+		p.deps.recorder.Eventf(events.TypeNormal, "Placement", p.name, "", "%s: %s", s, why)
+	}
 }
 
 func (p *Pool) blockedUntil() time.Time {

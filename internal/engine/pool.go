@@ -62,6 +62,8 @@ type Pool struct {
 	launchFails              int // consecutive failed launches
 	blocked                  time.Time
 	lastTargets              []registrar.Target
+	// policyWhy is what the placement strategy last resolved to.
+	policyWhy string
 	// steered: the last launches had refusals the capacity memory took;
 	// the next round, at once, places them elsewhere.
 	steered bool
@@ -332,7 +334,7 @@ func (p *Pool) reconcile(ctx context.Context) (time.Duration, error) {
 		spec.Replicas = &m
 	}
 
-	_, placed := PolicyFor(&spec)
+	_, placed := StrategyOf(&spec)
 	_, offering := d.provider.(provider.OfferingSource)
 	plan := Compute(Input{Spec: &spec, Instances: views, Now: now, LaunchBlockedUntil: blocked, ExternalPlacement: placed && offering})
 	if placed && offering && !p.place(&spec, views, &plan, now) {
@@ -678,6 +680,10 @@ func (p *Pool) markReady(in provider.Instance) {
 	}
 	p.mu.Unlock()
 	took := p.deps.clock.Since(from)
+	p.mu.Lock()
+	mem := p.capMem
+	p.mu.Unlock()
+	mem.ObserveStart(took, how == "warm start")
 	p.deps.metrics.readySeconds.WithLabelValues(p.name).Observe(took.Seconds())
 	p.deps.recorder.Eventf(events.TypeNormal, "Ready", p.name, in.ID, "%s ready at %s %s after its %s", in.ID, in.Address, took.Round(time.Millisecond), how)
 	p.Trigger()
@@ -762,6 +768,12 @@ func (p *Pool) handleEvent(ev provider.Event) {
 		}
 	case provider.EventInterruption:
 		p.recordPreemption(in)
+		if in.InterruptAt != nil {
+			p.mu.Lock()
+			mem := p.capMem
+			p.mu.Unlock()
+			mem.ObserveNotice(in.InterruptAt.Sub(p.deps.clock.Now()))
+		}
 		at := "now"
 		if in.InterruptAt != nil {
 			at = in.InterruptAt.Format(time.RFC3339)

@@ -96,7 +96,7 @@ func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
 // standbyUsable says whether the pool's provider can keep a warm standby;
 // it records once why not when the spec asks for one.
 func (p *Pool) standbyUsable(spec *tidev1.TidePoolSpec) bool {
-	if spec.Placement == nil || spec.Placement.Standby == 0 {
+	if StandbyFor(spec, spec.DesiredReplicas()) == 0 {
 		return false
 	}
 	p.mu.Lock()
@@ -109,7 +109,7 @@ func (p *Pool) standbyUsable(spec *tidev1.TidePoolSpec) bool {
 	warned := p.standbyWarned
 	p.standbyWarned = true
 	p.mu.Unlock()
-	if !warned {
+	if !warned && spec.Placement.Standby != nil {
 		p.deps.recorder.Eventf(events.TypeWarning, "StandbyUnsupported", p.name, "",
 			"spec.placement.standby: provider %s cannot stop instances; the pool runs without a warm standby", p.deps.provider.Name())
 	}

@@ -55,11 +55,11 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	go func() { m.Run(ctx); done <- struct{}{} }()
 	defer func() { cancel(); <-done; <-done }()
 
-	zero := int32(0)
+	zero, two := int32(0), int32(2)
 	m.Apply(&tidev1.TidePool{ObjectMeta: metav1.ObjectMeta{Name: "chat", Generation: 1}, Spec: tidev1.TidePoolSpec{
 		Provider: tidev1.ProviderSim, InstanceType: "p3.2xlarge", Minimum: 2, Maximum: 2,
 		Serving:   tidev1.ServingSpec{ReadinessPath: "/"},
-		Placement: &tidev1.PlacementSpec{Standby: 2, EagerFallback: true},
+		Placement: &tidev1.PlacementSpec{Standby: &two},
 		// The Nop registrar cannot say when a drain is done: end drains at once.
 		DrainSeconds: &zero,
 	}})

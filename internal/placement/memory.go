@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -68,6 +69,13 @@ type CapacityMemory struct {
 	// episodes holds, per key, the start of each preemption episode within
 	// backoffWindow (only with the adaptive hold).
 	episodes map[Key][]time.Time
+
+	// rates and timing are what the pool learnt of its market (Rate,
+	// Timing); accruedAt is the last Accrue.
+	rates        map[Key]*rate
+	rateHalfLife time.Duration
+	accruedAt    time.Time
+	timing       Timing
 }
 
 // NewCapacityMemory returns an empty memory whose entries last ttl
@@ -190,6 +198,7 @@ func (m *CapacityMemory) RecordPreemption(k Key) {
 	defer m.mu.Unlock()
 	b := m.m[k]
 	b.Key, b.Until, b.Why = k, now.Add(m.ttl), "preempted"
+	m.countEpisode(k, now)
 	if hold := m.holdFor(k, now); hold > 0 && now.Add(hold).After(b.PreemptedUntil) {
 		b.PreemptedUntil = now.Add(hold)
 	}
@@ -281,4 +290,181 @@ func keyLess(a, b Key) bool {
 		return a.InstanceType < b.InstanceType
 	}
 	return a.Market < b.Market
+}
+
+// DefaultRateHalfLife is how fast what the memory learnt of an offering's
+// preemptions fades: an episode or an hour of exposure counts half as much
+// after it. A day: the traces' zones change their behaviour within days
+// (BENCHMARKS.md, "dips"), and a pool must forget a bad morning by the
+// next one.
+const DefaultRateHalfLife = 24 * time.Hour
+
+// What an offering's rate is shrunk toward: the pool's market-wide rate
+// (every offering it held pooled), itself starting from a prior of one
+// episode per day worth a quarter of an episode. An offering's own
+// history counts against priorZoneHours of the market-wide rate, so a zone
+// the pool has barely held is taken to behave like the market until it
+// shows otherwise (empirical-Bayes shrinkage of a Poisson rate).
+const (
+	priorEpisodes  = 0.25
+	priorHours     = 6.0
+	priorZoneHours = 24.0
+)
+
+// rate is what the memory learnt of one offering: decayed counts of
+// preemption episodes and of the hours the pool held it (exposure).
+type rate struct {
+	episodes, hours float64
+	at              time.Time // when both were last decayed
+	lastEpisode     time.Time // start of the latest episode
+}
+
+func (r *rate) decay(now time.Time, halfLife time.Duration) {
+	if !r.at.IsZero() && now.After(r.at) {
+		f := math.Exp2(-float64(now.Sub(r.at)) / float64(halfLife))
+		r.episodes *= f
+		r.hours *= f
+	}
+	if now.After(r.at) {
+		r.at = now
+	}
+}
+
+// Accrue adds exposure: the pool has held n live spot instances on each
+// offering since the last call (at most one call's gap counts, so a pause
+// of the caller does not add hours nobody watched). Exposure counts per
+// offering held, not per instance: a zone's instances are lost together.
+func (m *CapacityMemory) Accrue(held map[Key]int) {
+	if m == nil {
+		return
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rates == nil {
+		m.rates = map[Key]*rate{}
+	}
+	gap := 0.0
+	if !m.accruedAt.IsZero() && now.After(m.accruedAt) {
+		gap = min(now.Sub(m.accruedAt), time.Hour).Hours()
+	}
+	m.accruedAt = now
+	for k, n := range held {
+		if n <= 0 {
+			continue
+		}
+		r := m.rates[k]
+		if r == nil {
+			r = &rate{}
+			m.rates[k] = r
+		}
+		r.decay(now, m.halfLife())
+		r.hours += gap
+	}
+}
+
+// countEpisode counts a preemption of k as a new episode unless it comes
+// within the TTL of the latest one (the instances a zone loses at once are
+// one episode); m.mu is held.
+func (m *CapacityMemory) countEpisode(k Key, now time.Time) {
+	if m.rates == nil {
+		m.rates = map[Key]*rate{}
+	}
+	r := m.rates[k]
+	if r == nil {
+		r = &rate{}
+		m.rates[k] = r
+	}
+	r.decay(now, m.halfLife())
+	if r.lastEpisode.IsZero() || now.Sub(r.lastEpisode) >= m.ttl {
+		r.episodes++
+		r.lastEpisode = now
+	}
+}
+
+func (m *CapacityMemory) halfLife() time.Duration {
+	if m.rateHalfLife > 0 {
+		return m.rateHalfLife
+	}
+	return DefaultRateHalfLife
+}
+
+// Rate is the learnt rate of preemption episodes of k per hour held:
+//
+//	market = (all episodes + priorEpisodes) / (all hours + priorHours)
+//	rate   = (episodes of k + market x priorZoneHours) / (hours of k + priorZoneHours)
+//
+// every count decayed with the half-life.
+func (m *CapacityMemory) Rate(k Key) float64 {
+	if m == nil {
+		return priorEpisodes / priorHours
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var e, h, te, th float64
+	for key, r := range m.rates {
+		f := 1.0
+		if now.After(r.at) {
+			f = math.Exp2(-float64(now.Sub(r.at)) / float64(m.halfLife()))
+		}
+		te += r.episodes * f
+		th += r.hours * f
+		if key == k {
+			e, h = r.episodes*f, r.hours*f
+		}
+	}
+	market := (te + priorEpisodes) / (th + priorHours)
+	return (e + market*priorZoneHours) / (h + priorZoneHours)
+}
+
+// Timing is what a pool has measured of its market and its servers: the
+// notice the provider gives before a reclaim, and how long an instance
+// takes from launch (cold) or from a start out of standby (warm) to ready.
+// A zero field is not known yet.
+type Timing struct {
+	Notice, ColdStart, WarmStart time.Duration
+}
+
+// timingWeight is the weight of a new measurement in the running means.
+const timingWeight = 0.3
+
+// ObserveNotice records the notice of one reclaim (its deadline minus
+// when it was seen).
+func (m *CapacityMemory) ObserveNotice(d time.Duration) { m.observe(&m.timing.Notice, d) }
+
+// ObserveStart records how long one instance took to be ready, from its
+// launch (warm false) or its start out of standby (warm true).
+func (m *CapacityMemory) ObserveStart(d time.Duration, warm bool) {
+	if m == nil {
+		return
+	}
+	if warm {
+		m.observe(&m.timing.WarmStart, d)
+	} else {
+		m.observe(&m.timing.ColdStart, d)
+	}
+}
+
+func (m *CapacityMemory) observe(f *time.Duration, d time.Duration) {
+	if m == nil || d < 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if *f == 0 {
+		*f = d
+		return
+	}
+	*f = time.Duration((1-timingWeight)*float64(*f) + timingWeight*float64(d))
+}
+
+// Timing returns what was measured so far.
+func (m *CapacityMemory) Timing() Timing {
+	if m == nil {
+		return Timing{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.timing
 }

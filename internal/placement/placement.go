@@ -30,6 +30,11 @@ type Policy struct {
 	// (SkyServe's dynamic_ondemand_fallback). Without it, on-demand is
 	// launched only for spot that could not be placed.
 	EagerFallback bool `json:"eagerFallback,omitempty"`
+	// EagerStartsOnly narrows EagerFallback to standby starts: a gap in
+	// ready spot is covered at once by starting a standby instance (ready
+	// after a warm start), but an on-demand launch (ready no sooner than
+	// the spot replacement) only for spot that could not be placed.
+	EagerStartsOnly bool `json:"eagerStartsOnly,omitempty"`
 	// Zones limits placement to these zones; empty means every zone offered.
 	Zones []string `json:"zones,omitempty"`
 	// MaxPerZone caps the pool's live spot instances in one zone (a zone
@@ -304,12 +309,13 @@ func (p Policy) Decide(in Input) Decision {
 
 	// On-demand: base, plus the fallback and the zone-loss cover.
 	keep, launchTo := base, base
+	lazyTo := base // without EagerFallback: what a launch (not a start) may fill
 	if p.SpotFallback {
 		keep += max(0, (n-base)-c.spotReady)
+		lazyTo += max(0, (n-base)-(c.spotLive+placed))
+		launchTo = lazyTo
 		if p.EagerFallback {
 			launchTo = keep
-		} else {
-			launchTo += max(0, (n-base)-(c.spotLive+placed))
 		}
 	}
 	domain := func(zone string) string { return zone }
@@ -326,9 +332,11 @@ func (p Policy) Decide(in Input) Decision {
 		}
 	}
 	worstLive, worstReady := c.worst(domain, atRisk, false), c.worst(domain, atRisk, true)
+	coverLazy := 0
 	if p.CoverLoss != "" && n > base {
 		coverKeep := base + max(0, (n-base)-(c.spotReady-worstReady))
 		coverLaunch := base + max(0, (n-base)-(c.spotLive+placed-worstLive))
+		coverLazy = coverLaunch
 		if p.EagerFallback {
 			coverLaunch = coverKeep
 		}
@@ -354,6 +362,9 @@ func (p Policy) Decide(in Input) Decision {
 			d.Starts = append(d.Starts, Start{ID: x.ID, Reason: fmt.Sprintf("start standby in %s instead of an on-demand launch (%d of %d standby left): %s",
 				x.Zone, standby-len(d.Starts)-1, p.Standby, why)})
 			continue
+		}
+		if p.EagerStartsOnly && i >= max(lazyTo, coverLazy) {
+			break // no standby left: the spot replacement is as quick as a launch
 		}
 		o, ok := pickOnDemand(odOffers, c.allByZone)
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
 )
 
@@ -52,6 +53,9 @@ type Options struct {
 	// StandbyPrice is a stopped instance's price per hour (its disk);
 	// 0 means the pool's spec.pricing.standbyPerHour or its default.
 	StandbyPrice float64
+	// Events, when set, receives the engine's events as they are
+	// recorded (their Time is the replay's clock: Epoch plus trace time).
+	Events func(events.Event)
 	// Progress, when set, is called now and then with the trace time done
 	// and the total.
 	Progress func(done, total time.Duration)

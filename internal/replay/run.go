@@ -26,7 +26,9 @@ const maxRoundsPerHour = 100_000
 // defaultStandbyPrice is engine's default price of a stopped instance.
 const defaultStandbyPrice = 0.0111
 
-// epoch is the clock time of the replayed part's start.
+// Epoch is the clock time of the replayed part's start.
+var Epoch = epoch
+
 var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Run replays opts.Pool on opts.Trace through the engine's round.
@@ -81,8 +83,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	counted := &counting{sim: sim, clock: clk, started: map[string]time.Time{}}
 	reg := &recorder{}
+	rec := events.NewRecorder(1024, clk, discard)
 	drv, err := engine.NewDriver(engine.Options{
-		Provider: counted, Registrar: reg, Recorder: events.NewRecorder(64, clk, discard),
+		Provider: counted, Registrar: reg, Recorder: rec,
 		Clock: clk, Logger: discard,
 	}, pool)
 	if err != nil {
@@ -113,6 +116,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	limit := int(math.Ceil(dur.Hours()*maxRoundsPerHour)) + 1000
 	nextProgress := epoch
+	var seen uint64
 	for now := epoch; now.Before(end); {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -127,6 +131,12 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 		wait := drv.Round(ctx)
 		res.Rounds++
+		if opts.Events != nil {
+			for _, e := range rec.List(seen, "") {
+				opts.Events(e)
+				seen = e.Seq
+			}
+		}
 		if res.Rounds > limit {
 			return Result{}, fmt.Errorf("replay: more than %d engine rounds by %v of trace time: the pool does not settle", limit, now.Sub(epoch))
 		}
@@ -245,10 +255,14 @@ func priceTable(ctx context.Context, sim *spotsim.Provider, spec *tidev1.TidePoo
 
 // strategyOf names what the pool's placement resolves to.
 func strategyOf(spec *tidev1.TidePoolSpec) string {
-	if spec.Placement == nil {
+	s, placed := engine.StrategyOf(spec)
+	if !placed {
 		return "none (every instance on " + string(provider.MarketFor(spec.InstanceChargeType)) + " in the spec's zone)"
 	}
-	return "placement"
+	if spec.Placement.Strategy == "" {
+		return string(s) + " (the default)"
+	}
+	return string(s)
 }
 
 type offer struct {

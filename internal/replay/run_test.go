@@ -52,7 +52,7 @@ func cloudPool(n int32, pl *tidev1.PlacementSpec) *tidev1.TidePool {
 // cold start after the notice, so the pool dips for cold start - notice.
 func TestReplayFallbackDipsForColdStartMinusNotice(t *testing.T) {
 	tr := trace(t, 5*time.Minute, map[string][]int{"us-east-1a": steps(2, 24, 0, 12, 2, 24)})
-	res, err := Run(context.Background(), Options{Pool: cloudPool(2, &tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}}),
+	res, err := Run(context.Background(), Options{Pool: cloudPool(2, &tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}, Strategy: tidev1.StrategyLowestPrice}),
 		Trace: tr, ColdStart: 5 * time.Minute, Notice: 2 * time.Minute, Warmup: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +98,9 @@ func TestReplayFollowsTheSpec(t *testing.T) {
 		}
 		return res
 	}
-	plain := run(&tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}})
-	standby := run(&tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}, Standby: 2, EagerFallback: true})
+	two := int32(2)
+	plain := run(&tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}, Strategy: tidev1.StrategyLowestPrice})
+	standby := run(&tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}, Standby: &two})
 	if standby.Dips != 0 || standby.Starts != 2 {
 		t.Errorf("with a standby: %d dips, %d starts; want 0 and 2", standby.Dips, standby.Starts)
 	}

@@ -220,7 +220,7 @@ spec:
   maximum: 2
   placement:
     availabilityZones: [us-west-2c]
-    spotFallback: false
+    strategy: LowestPrice
   sim:
     traceDir: %s
     compression: 1

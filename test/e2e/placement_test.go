@@ -10,7 +10,7 @@ import (
 	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
-// A sim pool with spec.placement's zone knobs, through `tidegpu up`: at
+X, through `tidegpu up`: at
 // most maxPerZone spot instances in a zone, none where the zone has no
 // capacity, and on-demand cover so that losing the fullest zone still
 // leaves the wanted count.
@@ -29,10 +29,7 @@ spec:
   minimum: 4
   maximum: 4
   placement:
-    overprovision: 2
-    maxPerZone: 2
-    spreadRegions: true
-    coverLoss: Zone
+    strategy: ZoneResilient
   sim:
     traceDir: %s
     compression: 1

@@ -48,9 +48,9 @@ func TestStandbyThroughEC2(t *testing.T) {
 	spec := testSpec()
 	spec.Minimum, spec.Maximum = 2, 2
 	spec.Serving = tidev1.ServingSpec{Port: int32(port), UsePrivateIP: true, ReadinessPath: "/"}
-	zero := int32(0)
+	zero, one := int32(0), int32(1)
 	spec.DrainSeconds = &zero // the Nop registrar cannot tell when a drain is done
-	spec.Placement = &tidev1.PlacementSpec{Standby: 1, EagerFallback: true}
+	spec.Placement = &tidev1.PlacementSpec{Standby: &one}
 	m.Apply(&tidev1.TidePool{ObjectMeta: metav1.ObjectMeta{Name: "chat", Generation: 1}, Spec: *spec})
 
 	state := func() (spot []string, stopped []string) {

@@ -28,6 +28,7 @@ func multiTypeSpec() *tidev1.TidePoolSpec {
 	s.Placement = &tidev1.PlacementSpec{
 		AvailabilityZones: []string{"us-east-1a", "us-east-1b"},
 		InstanceTypes:     []string{"g6.xlarge", "g5.xlarge"},
+		Strategy:          tidev1.StrategyLowestPrice,
 	}
 	return s
 }
