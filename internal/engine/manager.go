@@ -15,6 +15,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/placement"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
@@ -48,6 +49,9 @@ type Options struct {
 	// Signals feeds pools' autoscalers (spec.autoscaling); nil means no
 	// observations, so autoscalers hold their size.
 	Signals Signals
+	// Learning sets how each pool's capacity memory learns its market
+	// (zero: the defaults); for experiments, not a user's setting.
+	Learning placement.Learning
 }
 
 // Manager runs one Pool loop per pool and routes provider events to them.
@@ -90,7 +94,7 @@ func NewManager(opts Options) (*Manager, error) {
 		deps: &deps{
 			provider: opts.Provider, registrar: opts.Registrar, recorder: opts.Recorder,
 			clock: opts.Clock, metrics: opts.Metrics, logger: opts.Logger,
-			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound, costing: opts.Costing, signals: opts.Signals,
+			resync: opts.Resync, client: &http.Client{Transport: tr}, onRound: opts.OnRound, costing: opts.Costing, signals: opts.Signals, learning: opts.Learning,
 		},
 		pools:  map[string]*Pool{},
 		cancel: map[string]context.CancelFunc{},

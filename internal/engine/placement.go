@@ -86,6 +86,7 @@ func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now ti
 	p.mu.Lock()
 	if p.capMem == nil {
 		p.capMem = placement.NewCapacityMemory(p.deps.clock, 0)
+		p.capMem.SetLearning(p.deps.learning)
 	}
 	offers, at := p.offers, p.offersAt
 	p.mu.Unlock()

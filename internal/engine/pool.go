@@ -110,6 +110,7 @@ type deps struct {
 	onRound   func(pool string)
 	costing   *Costing
 	signals   Signals
+	learning  placement.Learning
 	// manualReady: no readiness probes; the instances that would be
 	// probed wait in Pool.awaiting until Driver.MarkReady (replays).
 	manualReady bool

@@ -70,9 +70,9 @@ type CapacityMemory struct {
 	// backoffWindow (only with the adaptive hold).
 	episodes map[Key][]time.Time
 
-	// rates and timing are what the pool learnt of its market (Rate,
-	// Timing); accruedAt is the last Accrue.
-	rates        map[Key]*rate
+	// losses and timing are what the pool learnt of its market
+	// (LossRates, Timing); accruedAt is the last Accrue.
+	losses       lossBook
 	rateHalfLife time.Duration
 	accruedAt    time.Time
 	timing       Timing
@@ -198,7 +198,7 @@ func (m *CapacityMemory) RecordPreemption(k Key) {
 	defer m.mu.Unlock()
 	b := m.m[k]
 	b.Key, b.Until, b.Why = k, now.Add(m.ttl), "preempted"
-	m.countEpisode(k, now)
+	m.countLoss(now)
 	if hold := m.holdFor(k, now); hold > 0 && now.Add(hold).After(b.PreemptedUntil) {
 		b.PreemptedUntil = now.Add(hold)
 	}
@@ -292,48 +292,42 @@ func keyLess(a, b Key) bool {
 	return a.Market < b.Market
 }
 
-// DefaultRateHalfLife is how fast what the memory learnt of an offering's
-// preemptions fades: an episode or an hour of exposure counts half as much
-// after it. A day: the traces' zones change their behaviour within days
-// (BENCHMARKS.md, "dips"), and a pool must forget a bad morning by the
-// next one.
-const DefaultRateHalfLife = 24 * time.Hour
+// DefaultRateHalfLife is how fast what the memory learnt of the pool's
+// losses fades: an episode or an hour held counts half as much after it.
+// Chosen among 6 h to 96 h on the first half of the aws3 trace only
+// (bench/spot TestSpotSelection); the evaluation reports it on aws1 and
+// on aws3's second half.
+const DefaultRateHalfLife = 12 * time.Hour
 
-// What an offering's rate is shrunk toward: the pool's market-wide rate
-// (every offering it held pooled), itself starting from a prior of one
-// episode per day worth a quarter of an episode. An offering's own
-// history counts against priorZoneHours of the market-wide rate, so a zone
-// the pool has barely held is taken to behave like the market until it
-// shows otherwise (empirical-Bayes shrinkage of a Poisson rate).
+// The prior of the pool's loss episodes (LossRates): priorEpisodes over
+// priorHours, one a day, worth a quarter of an observed episode, so that a
+// day of calm (or one episode) outweighs it.
 const (
-	priorEpisodes  = 0.25
-	priorHours     = 6.0
-	priorZoneHours = 24.0
+	priorEpisodes = 0.25
+	priorHours    = 6.0
 )
 
-// rate is what the memory learnt of one offering: decayed counts of
-// preemption episodes and of the hours the pool held it (exposure).
-type rate struct {
-	episodes, hours float64
-	at              time.Time // when both were last decayed
-	lastEpisode     time.Time // start of the latest episode
+// Learning sets how the memory learns; a zero field takes the default.
+type Learning struct {
+	// HalfLife of what was learnt (DefaultRateHalfLife).
+	HalfLife time.Duration `json:"halfLife,omitempty"`
 }
 
-func (r *rate) decay(now time.Time, halfLife time.Duration) {
-	if !r.at.IsZero() && now.After(r.at) {
-		f := math.Exp2(-float64(now.Sub(r.at)) / float64(halfLife))
-		r.episodes *= f
-		r.hours *= f
+// SetLearning sets how the memory learns (see Learning).
+func (m *CapacityMemory) SetLearning(l Learning) {
+	if m == nil {
+		return
 	}
-	if now.After(r.at) {
-		r.at = now
-	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rateHalfLife = l.HalfLife
 }
 
-// Accrue adds exposure: the pool has held n live spot instances on each
-// offering since the last call (at most one call's gap counts, so a pause
-// of the caller does not add hours nobody watched). Exposure counts per
-// offering held, not per instance: a zone's instances are lost together.
+// Accrue adds exposure: the pool has held the live spot instances of held
+// (by offering) since the last call; at most an hour of a gap counts, so a
+// pause of the caller does not add hours nobody watched. Exposure counts
+// the time the pool held any spot, not per instance: a loss episode takes
+// instances of several offerings at once.
 func (m *CapacityMemory) Accrue(held map[Key]int) {
 	if m == nil {
 		return
@@ -341,44 +335,17 @@ func (m *CapacityMemory) Accrue(held map[Key]int) {
 	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.rates == nil {
-		m.rates = map[Key]*rate{}
-	}
 	gap := 0.0
 	if !m.accruedAt.IsZero() && now.After(m.accruedAt) {
 		gap = min(now.Sub(m.accruedAt), time.Hour).Hours()
 	}
 	m.accruedAt = now
-	for k, n := range held {
-		if n <= 0 {
-			continue
+	for _, n := range held {
+		if n > 0 {
+			m.losses.decay(now, m.halfLife())
+			m.losses.hours += gap
+			break
 		}
-		r := m.rates[k]
-		if r == nil {
-			r = &rate{}
-			m.rates[k] = r
-		}
-		r.decay(now, m.halfLife())
-		r.hours += gap
-	}
-}
-
-// countEpisode counts a preemption of k as a new episode unless it comes
-// within the TTL of the latest one (the instances a zone loses at once are
-// one episode); m.mu is held.
-func (m *CapacityMemory) countEpisode(k Key, now time.Time) {
-	if m.rates == nil {
-		m.rates = map[Key]*rate{}
-	}
-	r := m.rates[k]
-	if r == nil {
-		r = &rate{}
-		m.rates[k] = r
-	}
-	r.decay(now, m.halfLife())
-	if r.lastEpisode.IsZero() || now.Sub(r.lastEpisode) >= m.ttl {
-		r.episodes++
-		r.lastEpisode = now
 	}
 }
 
@@ -387,35 +354,6 @@ func (m *CapacityMemory) halfLife() time.Duration {
 		return m.rateHalfLife
 	}
 	return DefaultRateHalfLife
-}
-
-// Rate is the learnt rate of preemption episodes of k per hour held:
-//
-//	market = (all episodes + priorEpisodes) / (all hours + priorHours)
-//	rate   = (episodes of k + market x priorZoneHours) / (hours of k + priorZoneHours)
-//
-// every count decayed with the half-life.
-func (m *CapacityMemory) Rate(k Key) float64 {
-	if m == nil {
-		return priorEpisodes / priorHours
-	}
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var e, h, te, th float64
-	for key, r := range m.rates {
-		f := 1.0
-		if now.After(r.at) {
-			f = math.Exp2(-float64(now.Sub(r.at)) / float64(m.halfLife()))
-		}
-		te += r.episodes * f
-		th += r.hours * f
-		if key == k {
-			e, h = r.episodes*f, r.hours*f
-		}
-	}
-	market := (te + priorEpisodes) / (th + priorHours)
-	return (e + market*priorZoneHours) / (h + priorZoneHours)
 }
 
 // Timing is what a pool has measured of its market and its servers: the
@@ -467,4 +405,86 @@ func (m *CapacityMemory) Timing() Timing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.timing
+}
+
+// lossBook is what the memory learnt of the pool's losses as a whole:
+// decayed counts of loss episodes by size (the spot instances the pool
+// lost within one TTL of the episode's first preemption, over every
+// offering: zones and regions fail together) and of the hours it held
+// spot.
+type lossBook struct {
+	sizes    map[int]float64
+	hours    float64
+	at       time.Time
+	open     time.Time // start of the latest episode
+	openSize int
+}
+
+func (b *lossBook) decay(now time.Time, halfLife time.Duration) {
+	if !b.at.IsZero() && now.After(b.at) {
+		f := math.Exp2(-float64(now.Sub(b.at)) / float64(halfLife))
+		for s := range b.sizes {
+			b.sizes[s] *= f
+		}
+		b.hours *= f
+	}
+	if now.After(b.at) {
+		b.at = now
+	}
+}
+
+// countLoss adds one lost instance to the pool's current loss episode, or
+// starts one; m.mu is held.
+func (m *CapacityMemory) countLoss(now time.Time) {
+	b := &m.losses
+	if b.sizes == nil {
+		b.sizes = map[int]float64{}
+	}
+	b.decay(now, m.halfLife())
+	if !b.open.IsZero() && now.Sub(b.open) < m.ttl {
+		b.sizes[b.openSize]--
+		b.openSize++
+		b.sizes[b.openSize]++
+		return
+	}
+	b.open, b.openSize = now, 1
+	b.sizes[1]++
+}
+
+// LossRates returns, for m = 1 .. max, the learnt rate per hour held of
+// loss episodes that take exactly m spot instances at once (m = max: max
+// or more), with a prior of one episode a day taking priorSize instances,
+// worth a quarter of an observed one: a pool expects to lose all its spot
+// at once until it has seen otherwise.
+func (m *CapacityMemory) LossRates(max, priorSize int) []float64 {
+	out := make([]float64, max+1)
+	if max <= 0 {
+		return out
+	}
+	var sizes map[int]float64
+	hours := 0.0
+	if m != nil {
+		now := m.clock.Now()
+		m.mu.Lock()
+		f := 1.0
+		if !m.losses.at.IsZero() && now.After(m.losses.at) {
+			f = math.Exp2(-float64(now.Sub(m.losses.at)) / float64(m.halfLife()))
+		}
+		sizes = make(map[int]float64, len(m.losses.sizes))
+		for s, c := range m.losses.sizes {
+			sizes[s] = c * f
+		}
+		hours = m.losses.hours * f
+		m.mu.Unlock()
+	}
+	for s, c := range sizes {
+		if c > 0 && s > 0 {
+			out[min(s, max)] += c
+		}
+	}
+	out[min(max, priorSize)] += priorEpisodes
+	for i := range out {
+		out[i] /= hours + priorHours
+	}
+	return out
 }

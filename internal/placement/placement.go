@@ -130,6 +130,7 @@ func (p Policy) Validate() error {
 	if p.OnDemandBase < 0 {
 		errs = append(errs, fmt.Errorf("%w: onDemandBase %d: want 0 or more", ErrInvalidPolicy, p.OnDemandBase))
 	}
+
 	if p.EagerFallback && !p.SpotFallback {
 		errs = append(errs, fmt.Errorf("%w: eagerFallback needs spotFallback", ErrInvalidPolicy))
 	}

@@ -2,8 +2,6 @@ package placement
 
 import (
 	"fmt"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/provider"
@@ -73,96 +71,93 @@ func (s Strategy) Resolve(env Env, in Input) (Policy, string) {
 }
 
 // adaptive chooses the spares of an Adaptive pool. Every gap in ready spot
-// is covered at once (by a standby start where one is kept, else an
-// on-demand launch), so a reclaim costs the pool a dip only when its
-// replacement is not ready within the notice: for gap(k) = start - notice,
-// where start is the warm start if the standby holds the k instances a
-// zone loses at once, else the cold start. With no spares the expected
-// share of time below N is
+// is covered at once by a standby start where one is kept (an on-demand
+// launch from cold only for spot that cannot be placed), so a loss of m
+// spot instances at once costs the pool a dip only beyond its spares, and
+// only for gap(x) = start - notice, where start is the warm start when the
+// standby holds the x instances missing, else the cold start. With c spare
+// spot instances, at most c per zone (so that no zone's loss alone takes
+// more than the spares; c needs ceil((spot + c) / c) usable zones), the
+// expected share of time below N is
 //
-//	risk = sum over offerings held of Rate(offering) x gap(instances held there)
+//	risk(c) = sum over m > c of LossRate(m) x gap(m - c)
 //
-// (Rate: the memory's learnt preemption episodes per hour held). Within
-// the budget 1 - target, the pool runs spot in its cheapest zones with no
-// spares. Beyond it, the pool keeps c spare spot instances with at most c
-// per zone, so that no zone's loss takes it below N, for the least c that
-// the usable zones can hold; where too few zones have capacity for any c,
-// one spare absorbs partial losses.
+// where LossRate(m) is the memory's learnt rate per hour of loss episodes
+// taking m spot instances at once (all zones pooled: zones and regions
+// fail together; before it has seen any, a prior that the fullest zone is
+// lost once a day). Adaptive keeps the least c whose risk is within
+// 1 - target, or the least risky c when none is. On-demand spares were
+// measured and left out: on the traces they bought little availability
+// at a high price (BENCHMARKS.md).
 func adaptive(pol Policy, env Env, in Input, spot int) (Policy, string) {
 	pol.EagerFallback, pol.EagerStartsOnly = true, true
 	pol.CheapFirst = true
 	if spot == 0 {
 		return pol, "no spot wanted"
 	}
-	budget := 1 - env.Target
-	if budget <= 0 {
-		budget = 0
-	}
-	held := map[Key]int{}
-	heldSpot, standby := 0, 0
+	budget := max(0, 1-env.Target)
+	standby := 0
 	for _, x := range in.Instances {
-		switch {
-		case x.Leaving:
-		case x.Stopped && x.Market == provider.MarketOnDemand:
+		if x.Stopped && !x.Leaving && x.Market == provider.MarketOnDemand {
 			standby++
-		case x.Stopped:
-		case x.Market != provider.MarketOnDemand:
-			held[Key{x.Zone, x.InstanceType, x.Market}]++
-			heldSpot++
 		}
 	}
 	standby = min(standby, env.Standby)
-	gap := func(k int) float64 {
+	gap := func(x int) float64 {
+		if x <= 0 {
+			return 0
+		}
 		start := env.Timing.ColdStart
-		if standby >= k {
+		if standby >= x {
 			start = env.Timing.WarmStart
 		}
 		return max(0, start-env.Timing.Notice).Hours()
 	}
 	spotOffers, _, _ := pol.usable(in.Offerings, in.Memory)
 	zones := map[string]bool{}
-	best := math.Inf(1)
 	for _, o := range spotOffers {
 		zones[o.Zone] = true
-		best = min(best, in.Memory.Rate(KeyOf(o)))
 	}
-	risk := 0.0
-	for _, k := range sortedKeys(held) {
-		risk += in.Memory.Rate(k) * gap(held[k])
-	}
-	if missing := spot - heldSpot; missing > 0 && !math.IsInf(best, 1) {
-		risk += best * gap(missing)
-	}
-	if risk <= budget {
-		return pol, fmt.Sprintf("expected time below N without spares %.3f%% is within the %.3f%% budget: no spares", 100*risk, 100*budget)
-	}
-	for c := 1; c <= spot; c++ {
-		if len(zones) >= (spot+c+c-1)/c {
-			pol.Overprovision, pol.MaxPerZone, pol.SpreadRegions = c, c, true
-			return pol, fmt.Sprintf("expected time below N without spares %.3f%% is above the %.3f%% budget: %d spare spot, at most %d per zone over %d usable zones",
-				100*risk, 100*budget, c, c, len(zones))
+	// Until the pool has seen its market, it expects its fullest zone to
+	// be lost now and then (zones are the unit the traces lose).
+	perZone, fullest := map[string]int{}, 0
+	for _, x := range in.Instances {
+		if !x.Leaving && !x.Stopped && x.Market != provider.MarketOnDemand {
+			perZone[x.Zone]++
+			fullest = max(fullest, perZone[x.Zone])
 		}
 	}
-	pol.Overprovision = 1
-	return pol, fmt.Sprintf("expected time below N without spares %.3f%% is above the %.3f%% budget, and %d usable zones cannot spread the spares: 1 spare spot",
-		100*risk, 100*budget, len(zones))
-}
-
-func sortedKeys(m map[Key]int) []Key {
-	ks := make([]Key, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
+	if fullest == 0 {
+		fullest = (spot + max(1, len(zones)) - 1) / max(1, len(zones))
 	}
-	slices.SortFunc(ks, func(a, b Key) int {
-		if keyLess(a, b) {
-			return -1
+	maxLoss := 2 * spot
+	rates := in.Memory.LossRates(maxLoss, fullest)
+	risk := func(c int) float64 {
+		r := 0.0
+		for m := c + 1; m <= maxLoss; m++ {
+			r += rates[m] * gap(m-c)
 		}
-		if keyLess(b, a) {
-			return 1
+		return r
+	}
+	best, bestRisk := 0, risk(0)
+	for c := 1; c <= spot && bestRisk > budget; c++ {
+		if len(zones) < (spot+c+c-1)/c {
+			continue
 		}
-		return 0
-	})
-	return ks
+		if r := risk(c); r < bestRisk {
+			best, bestRisk = c, r
+		}
+	}
+	pol.Overprovision = best
+	if best > 0 {
+		pol.MaxPerZone, pol.SpreadRegions = best, true
+	}
+	spares := "no spares"
+	if best > 0 {
+		spares = fmt.Sprintf("%d spare spot, at most %d per zone", best, best)
+	}
+	return pol, fmt.Sprintf("expected time below N %.3f%% (budget %.3f%%; %d usable spot zones, %d standby): %s",
+		100*bestRisk, 100*budget, len(zones), standby, spares)
 }
 
 // DefaultTiming is what a pool plans with before it has measured its

@@ -13,6 +13,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/placement"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
 )
 
@@ -53,6 +54,9 @@ type Options struct {
 	// StandbyPrice is a stopped instance's price per hour (its disk);
 	// 0 means the pool's spec.pricing.standbyPerHour or its default.
 	StandbyPrice float64
+	// Learning sets how the pool learns its market (zero: the engine's
+	// defaults), for experiments that choose it on one trace.
+	Learning placement.Learning
 	// Events, when set, receives the engine's events as they are
 	// recorded (their Time is the replay's clock: Epoch plus trace time).
 	Events func(events.Event)

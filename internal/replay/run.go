@@ -86,7 +86,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	rec := events.NewRecorder(1024, clk, discard)
 	drv, err := engine.NewDriver(engine.Options{
 		Provider: counted, Registrar: reg, Recorder: rec,
-		Clock: clk, Logger: discard,
+		Clock: clk, Logger: discard, Learning: opts.Learning,
 	}, pool)
 	if err != nil {
 		return Result{}, err
