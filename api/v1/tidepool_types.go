@@ -184,8 +184,8 @@ const (
 	// StrategyZoneResilient spreads spot over zones and regions (at most
 	// half the pool's spot in one zone), keeps on-demand cover for the loss
 	// of the fullest zone while spot cannot spread that far, and covers
-	// every gap in ready spot with on-demand at once. Fixed rules, no
-	// learning.
+	// every gap in ready spot at once with a standby start where a standby
+	// is kept. Fixed rules, no learning.
 	StrategyZoneResilient = "ZoneResilient"
 	// StrategyOnDemand runs every instance on-demand.
 	StrategyOnDemand = "OnDemand"

@@ -179,14 +179,12 @@ func Run(ctx context.Context, o Options) error {
 		return engine.NewManager(engine.Options{Provider: p, Registrar: router, Recorder: rec,
 			Metrics: engineMetrics, Logger: o.Logger, Signals: signals, Costing: costing})
 	}
-	localMgr, err := newManager(prov)
-	if err != nil {
-		_ = prov.Close(context.Background())
-		return err
-	}
-	mgrs := managers{localMgr}
 	engineCtx, stopEngine := context.WithCancel(context.Background())
-	var sim *spotsim.Provider
+	var (
+		sim       *spotsim.Provider
+		localView provider.Provider = prov
+		simMgr    *engine.Manager
+	)
 	if trace != nil {
 		compression := float64(300)
 		if simSpec.Compression > 0 {
@@ -206,15 +204,27 @@ func Run(ctx context.Context, o Options) error {
 			_ = prov.Close(context.Background())
 			return fmt.Errorf("spec.sim: %w", err)
 		}
+		// The simulator reads the local provider's events: the local
+		// pools get theirs from it, so that no event reaches the wrong
+		// engine.
+		localView = localEvents{Provider: prov, events: sim.LocalEvents()}
 		go sim.Run(engineCtx)
-		simMgr, err := newManager(sim)
-		if err != nil {
+		if simMgr, err = newManager(sim); err != nil {
 			stopEngine()
 			_ = prov.Close(context.Background())
 			return err
 		}
-		mgrs = append(mgrs, simMgr)
 		fmt.Fprintf(o.Out, "  simulated spot market: %d zones from %s, %gx time\n", len(trace.Zones), simSpec.TraceDir, compression)
+	}
+	localMgr, err := newManager(localView)
+	if err != nil {
+		stopEngine()
+		_ = prov.Close(context.Background())
+		return err
+	}
+	mgrs := managers{localMgr}
+	if simMgr != nil {
+		mgrs = append(mgrs, simMgr)
 	}
 	for i := range o.Pools {
 		m := localMgr
@@ -413,3 +423,13 @@ func progressLine(pools []engine.PoolView) (string, bool) {
 	}
 	return strings.Join(parts, "; "), all
 }
+
+// localEvents is the local provider as the local pools' engine sees it
+// when a simulated market shares the provider: its events come through
+// the simulator, which keeps those of its own instances.
+type localEvents struct {
+	*local.Provider
+	events <-chan provider.Event
+}
+
+func (l localEvents) Events() <-chan provider.Event { return l.events }

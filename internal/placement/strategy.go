@@ -21,7 +21,8 @@ const (
 	LowestPrice Strategy = "LowestPrice"
 	// ZoneResilient: spot spread over zones and regions, at most half of
 	// it in one zone, on-demand cover for the loss of the fullest zone,
-	// every gap in ready spot covered by on-demand at once.
+	// every gap in ready spot covered at once by a standby start where a
+	// standby is kept.
 	ZoneResilient Strategy = "ZoneResilient"
 	// OnDemand: every instance on-demand.
 	OnDemand Strategy = "OnDemand"
@@ -63,7 +64,7 @@ func (s Strategy) Resolve(env Env, in Input) (Policy, string) {
 		pol.CheapFirst = true
 		return pol, "spot in the cheapest zones, on-demand for spot that cannot be placed"
 	case ZoneResilient:
-		pol.EagerFallback, pol.SpreadRegions, pol.CoverLoss = true, true, DomainZone
+		pol.EagerFallback, pol.EagerStartsOnly, pol.SpreadRegions, pol.CoverLoss = true, true, true, DomainZone
 		pol.MaxPerZone = max(1, (spot+1)/2)
 		return pol, fmt.Sprintf("spot spread over zones and regions, at most %d per zone, on-demand cover for a zone's loss", pol.MaxPerZone)
 	}

@@ -21,7 +21,7 @@ func TestResolveFixedStrategies(t *testing.T) {
 	}{
 		{OnDemand, Policy{OnDemandBase: 4, Zones: env.Zones, Standby: 2}},
 		{LowestPrice, Policy{OnDemandBase: 1, SpotFallback: true, CheapFirst: true, Zones: env.Zones, Standby: 2}},
-		{ZoneResilient, Policy{OnDemandBase: 1, SpotFallback: true, EagerFallback: true, SpreadRegions: true, CoverLoss: DomainZone,
+		{ZoneResilient, Policy{OnDemandBase: 1, SpotFallback: true, EagerFallback: true, EagerStartsOnly: true, SpreadRegions: true, CoverLoss: DomainZone,
 			MaxPerZone: 2, Zones: env.Zones, Standby: 2}},
 	}
 	for _, c := range cases {

@@ -13,12 +13,12 @@ type meter struct {
 	scoreFrom time.Time
 	sample    time.Duration
 
-	inDip         bool
-	dipStart      time.Time
-	wantedHours   float64
-	met, metDrain time.Duration
-	cur           *Sample
-	curEnd        time.Time
+	inDip, inDrain bool
+	dipStart       time.Time
+	wantedHours    float64
+	met, metDrain  time.Duration
+	cur            *Sample
+	curEnd         time.Time
 }
 
 func newMeter(res *Result, opts Options, scoreFrom time.Time) *meter {
@@ -76,6 +76,10 @@ func (m *meter) span(from, to time.Time, wanted int32, targets []registrar.Targe
 	}
 	if s.Ready >= s.Wanted {
 		m.metDrain += d
+		m.inDrain = false
+	} else if !m.inDrain {
+		m.inDrain = true
+		m.res.DipsDrained++
 	}
 	m.sampleSpan(from, to, s)
 }

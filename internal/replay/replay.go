@@ -103,6 +103,9 @@ type Result struct {
 	// longest.
 	Dips       int           `json:"dips"`
 	LongestDip time.Duration `json:"longestDip"`
+	// DipsDrained counts the dips with instances under notice not
+	// counted (as status.ready counts them).
+	DipsDrained int `json:"dipsDrained"`
 	// Cost of the scored time (standby included) and OnDemandCost, what
 	// the wanted instances would have cost all on-demand; Savings is
 	// 1 - Cost/OnDemandCost. Currency is USD.

@@ -103,8 +103,10 @@ type Options struct {
 	// Start is the clock time of the trace's first step. Default: the
 	// clock's now when New is called.
 	Start time.Time
-	// Notice is how long before a preemption the interruption notice comes.
-	// 0 means DefaultNotice (two minutes, as AWS); negative means none (the
+	// Notice is how long before a preemption the interruption notice
+	// comes, in trace time (compressed on the clock like the trace; a
+	// Reclaim asked for by hand keeps its own notice, on the clock). 0
+	// means DefaultNotice (two minutes, as AWS); negative means none (the
 	// instance ends at once).
 	Notice time.Duration
 	// InstanceType the trace describes, used when neither request nor spec
@@ -192,6 +194,9 @@ type Provider struct {
 	zones  map[string]int // zone → index in the trace
 	log    *slog.Logger
 	events *eventq.Queue
+	// others carries, in process mode, the local provider's events about
+	// instances that are not the simulator's (LocalEvents).
+	others *eventq.Queue
 	wake   chan struct{}
 	quit   chan struct{}
 	fwd    chan struct{} // closed when the forwarder of local's events ends
@@ -278,9 +283,22 @@ func New(opts Options) (*Provider, error) {
 	}
 	if opts.Local != nil {
 		p.fwd = make(chan struct{})
+		p.others = eventq.New(256, opts.Logger)
 		go p.forward(opts.Local.Events())
 	}
 	return p, nil
+}
+
+// LocalEvents delivers, in process mode (Options.Local), the local
+// provider's events about instances that are not the simulator's: the
+// simulator is the one reader of the local provider's events, so a caller
+// that also runs pools of its own on that provider reads theirs here
+// (nil without Options.Local). It is closed by Close.
+func (p *Provider) LocalEvents() <-chan provider.Event {
+	if p.others == nil {
+		return nil
+	}
+	return p.others.C()
 }
 
 // Name returns "sim".
@@ -421,11 +439,20 @@ func (p *Provider) preemptLocked(now time.Time, step int64) {
 			return g[i].ID > g[j].ID
 		})
 		for _, in := range g[:excess] {
-			p.reclaimLocked(in, p.opts.Notice, now,
+			p.reclaimLocked(in, p.clockNotice(), now,
 				fmt.Sprintf("spot capacity in %s fell to %d at trace step %d", in.Zone, capacity, step%int64(p.opts.Trace.Steps)))
 			p.stats.Preemptions++
 		}
 	}
+}
+
+// clockNotice is the market's notice (Options.Notice, trace time) on the
+// clock: compressed like the trace.
+func (p *Provider) clockNotice() time.Duration {
+	if p.opts.Notice <= 0 || p.opts.Compression <= 1 {
+		return p.opts.Notice
+	}
+	return time.Duration(float64(p.opts.Notice) / p.opts.Compression)
 }
 
 // reclaimLocked gives in a notice (notice > 0) or ends it now.
@@ -904,6 +931,9 @@ func (p *Provider) Close() {
 		<-p.fwd
 	}
 	p.events.Close()
+	if p.others != nil {
+		p.others.Close()
+	}
 }
 
 // forward relays the local provider's events with the simulator's zone,
@@ -919,13 +949,20 @@ func (p *Provider) forward(evs <-chan provider.Event) {
 				return
 			}
 			p.mu.Lock()
-			if in := p.insts[ev.Instance.ID]; in != nil {
+			in := p.insts[ev.Instance.ID]
+			if in != nil {
 				ev.Instance = overlay(ev.Instance, in)
 				if ev.Type == provider.EventGone {
 					p.removeLocked(in)
 				}
 			}
 			p.mu.Unlock()
+			if in == nil {
+				// Not (or not yet: its launch is still answering) the
+				// simulator's: both readers get it, each engine keeps
+				// the events of its own pools.
+				p.others.Push(ev)
+			}
 			p.events.Push(ev)
 		}
 	}
