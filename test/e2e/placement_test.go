@@ -10,8 +10,8 @@ import (
 	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
-X, through `tidegpu up`: at
-// most maxPerZone spot instances in a zone, none where the zone has no
+// A sim pool with the ZoneResilient strategy, through `tidegpu up`: at
+// most half its spot instances in a zone, none where the zone has no
 // capacity, and on-demand cover so that losing the fullest zone still
 // leaves the wanted count.
 func TestSimPoolCapsZonesAndCoversZoneLoss(t *testing.T) {
