@@ -69,6 +69,9 @@ const (
 	MaxInstanceTypes = 10
 	MaxNameLength    = 64
 	MaxSubnetIDs     = 64
+	MaxMetrics       = 10
+	MaxQueryLength   = 4096
+	MaxSchedules     = 32
 )
 
 var (
@@ -321,12 +324,25 @@ func currency(path *field.Path, v string) field.ErrorList {
 // autoscaler runs. Its errors name their field under spec.autoscaling; the
 // autoscaler's messages carry the bad value ("got ...").
 func Autoscaling(s *tidev1.TidePoolSpec, path *field.Path) field.ErrorList {
-	err := autoscale.Validate(autoscale.ForPool(s))
-	if err == nil {
-		return nil
-	}
 	ap := path.Child("autoscaling")
 	var errs field.ErrorList
+	// Bounds the CRD needs for its CEL rules' cost (MaxItems, MaxLength).
+	a := s.Autoscaling
+	if len(a.Metrics) > MaxMetrics {
+		errs = append(errs, field.TooMany(ap.Child("metrics"), len(a.Metrics), MaxMetrics))
+	}
+	for i, m := range a.Metrics {
+		if len(m.Query) > MaxQueryLength {
+			errs = append(errs, field.TooLong(ap.Child("metrics").Index(i).Child("query"), "", MaxQueryLength))
+		}
+	}
+	if len(a.Schedules) > MaxSchedules {
+		errs = append(errs, field.TooMany(ap.Child("schedules"), len(a.Schedules), MaxSchedules))
+	}
+	err := autoscale.Validate(autoscale.ForPool(s))
+	if err == nil {
+		return errs
+	}
 	for _, e := range flatten(err) {
 		var fe *autoscale.FieldError
 		if errors.As(e, &fe) {
