@@ -10,6 +10,18 @@ import (
 // them.
 
 // AutoscalingSpec is the autoscaling configuration of one pool.
+//
+// Its markers and CEL rules mirror internal/autoscale's resolver (which
+// internal/validation applies for `tidegpu up`). Go only, as CEL cannot
+// express them: cron expressions (start, end: the cron grammar, "never
+// fires"), IANA time zones (timeZone: the zone database), and the rules
+// over metric and schedule names (duplicates, predictive.metric and
+// burst.metric naming an additive metric), since unset names default from
+// the type, percentile or index (latency-p95, schedule-0). The API server
+// accepts those; the engine refuses them at run time (condition
+// AutoscalingActive False, reason InvalidConfig).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.panic) || (has(self.metrics) && self.metrics.exists(m, m.type in ['QPS', 'Concurrency', 'QueueLength'] || (m.type == 'PromQL' && (!has(m.targetType) || m.targetType == 'AverageValue'))))",fieldPath=".panic",message="panic needs an additive metric (QPS, Concurrency, QueueLength or PromQL AverageValue) in metrics: add one or remove panic"
 type AutoscalingSpec struct {
 	// MinReplicas is the lowest size the autoscaler recommends. On a
 	// TidePool, unset means spec.minimum.
@@ -25,6 +37,7 @@ type AutoscalingSpec struct {
 
 	// Metrics drive the reactive (HPA) recommender; the largest
 	// recommendation over all metrics wins, as in the HPA.
+	// +kubebuilder:validation:MaxItems=10
 	// +optional
 	Metrics []MetricSpec `json:"metrics,omitempty"`
 
@@ -39,6 +52,7 @@ type AutoscalingSpec struct {
 	Panic *PanicSpec `json:"panic,omitempty"`
 
 	// Schedules raise the minimum during cron windows.
+	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Schedules []ScheduleSpec `json:"schedules,omitempty"`
 
@@ -55,6 +69,7 @@ type AutoscalingSpec struct {
 
 	// MetricMaxAge is how old an observation may be before it counts as
 	// missing. Default 60s.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="metricMaxAge must be > 0, such as 60s"
 	// +optional
 	MetricMaxAge *metav1.Duration `json:"metricMaxAge,omitempty"`
 }
@@ -101,6 +116,11 @@ const (
 )
 
 // MetricSpec is one metric the reactive recommender follows.
+//
+// +kubebuilder:validation:XValidation:rule="self.type != 'PromQL' || (has(self.query) && !self.query.matches('^\\\\s*$'))",fieldPath=".query",message="query: required for PromQL metrics: set the PromQL expression"
+// +kubebuilder:validation:XValidation:rule="self.type != 'PromQL' || has(self.name)",fieldPath=".name",message="name: required for PromQL metrics (observations are reported under it)"
+// +kubebuilder:validation:XValidation:rule="self.type == 'PromQL' || !has(self.targetType)",fieldPath=".targetType",message="targetType: only PromQL metrics take a targetType: remove it"
+// +kubebuilder:validation:XValidation:rule="self.type != 'GPUUtilization' || quantity(string(self.target)).compareTo(quantity('100')) <= 0",fieldPath=".target",message="target: a GPUUtilization target is a percentage, must be <= 100"
 type MetricSpec struct {
 	// Type of the metric.
 	Type MetricType `json:"type"`
@@ -114,14 +134,18 @@ type MetricSpec struct {
 	// Target is the wanted value: per instance for QPS, Concurrency,
 	// QueueLength and PromQL AverageValue; milliseconds for Latency;
 	// percent for GPUUtilization.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="target must be > 0"
 	Target resource.Quantity `json:"target"`
 
 	// Percentile of the latency distribution (Latency only), 1-99. Default 95.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
 	// +optional
 	Percentile *int32 `json:"percentile,omitempty"`
 
 	// Query is the PromQL expression (PromQL only). The autoscaler does not
 	// run it; the metrics source does and reports its value under Name.
+	// +kubebuilder:validation:MaxLength=4096
 	// +optional
 	Query string `json:"query,omitempty"`
 
@@ -173,6 +197,7 @@ type ScalingRules struct {
 
 	// Tolerance on the usage ratio in this direction (for example 0.1 for
 	// 10 %), like the HPA's per-direction tolerance. Default 0.1.
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0')) && quantity(string(self)).isLessThan(quantity('1'))",message="tolerance must be >= 0 and < 1, such as 0.1 for 10%"
 	// +optional
 	Tolerance *resource.Quantity `json:"tolerance,omitempty"`
 }
@@ -208,9 +233,12 @@ type ScalingPolicy struct {
 // predictive) recommenders use the mean of the observations over
 // StableWindow, panic mode their mean over PanicWindow, so feed raw
 // observations (every few seconds) rather than pre-averaged ones.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.panicWindow) || (duration(self.panicWindow) >= duration('1s') && duration(self.panicWindow) <= (has(self.stableWindow) ? duration(self.stableWindow) : duration('60s')))",fieldPath=".panicWindow",message="panicWindow must be between 1s and the stable window (default 60s)"
 type PanicSpec struct {
 	// StableWindow: panic ends once the load has stayed under the threshold
 	// this long. Default 60s.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('6s') && duration(self) <= duration('1h')",message="stableWindow must be between 6s and 1h"
 	// +optional
 	StableWindow *metav1.Duration `json:"stableWindow,omitempty"`
 	// PanicWindow: observations averaged to detect a burst. Default 6s.
@@ -218,6 +246,8 @@ type PanicSpec struct {
 	PanicWindow *metav1.Duration `json:"panicWindow,omitempty"`
 	// ThresholdPercent: panic when the panic window needs at least this
 	// percentage of the ready instances. Default 200, minimum 110.
+	// +kubebuilder:validation:Minimum=110
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	ThresholdPercent *int32 `json:"thresholdPercent,omitempty"`
 }
@@ -270,32 +300,43 @@ const (
 )
 
 // PredictiveSpec configures the predictive recommender.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minSeasons) || self.minSeasons <= (has(self.history) ? self.history : 4)",fieldPath=".minSeasons",message="minSeasons must be between 1 and history (default 4)"
 type PredictiveSpec struct {
 	// Metric names the additive metric (of Metrics) whose profile is learned
 	// and whose target converts the forecast into replicas.
 	Metric string `json:"metric"`
 	// LeadTime is how far ahead to provision: the measured cold start.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="leadTime must be between 0 and 24h"
 	LeadTime metav1.Duration `json:"leadTime"`
 	// Season: Daily or Weekly (default).
 	// +optional
 	Season Season `json:"season,omitempty"`
 	// Slot is the profile's resolution. Default 5m; 1m-1h; must divide a day.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('1h') && duration(self).getMilliseconds() % 60000 == 0 && 86400 % duration(self).getSeconds() == 0",message="slot must be whole minutes between 1m and 1h that divide a day, such as 5m"
 	// +optional
 	Slot *metav1.Duration `json:"slot,omitempty"`
 	// Aggregation: Max (default) or EWMA.
 	// +optional
 	Aggregation Aggregation `json:"aggregation,omitempty"`
 	// History is the number of past seasons kept per slot. Default 4, 1-12.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=12
 	// +optional
 	History *int32 `json:"history,omitempty"`
 	// MinSeasons is how many past seasons a slot needs before it forecasts.
 	// Default 1.
+	// +kubebuilder:validation:Minimum=1
 	// +optional
 	MinSeasons *int32 `json:"minSeasons,omitempty"`
 	// EWMAWeightPercent is the weight of the newest season (EWMA). Default 50.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
 	// +optional
 	EWMAWeightPercent *int32 `json:"ewmaWeightPercent,omitempty"`
 	// HeadroomPercent is added to the forecast. Default 0.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	HeadroomPercent *int32 `json:"headroomPercent,omitempty"`
 	// TimeZone of the profile's wall clock (IANA). Default UTC.
@@ -312,6 +353,9 @@ type PredictiveSpec struct {
 // the window's load is provisioned: with Quantile 0.99, the buckets that
 // carried 99 % of the requests fit the pool. The floor follows the window:
 // it rises after a burst and falls once the burst has left the window.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.bucket) ? duration(self.bucket) : duration('1m')) + (has(self.bucket) ? duration(self.bucket) : duration('1m')) <= (has(self.window) ? duration(self.window) : duration('8h'))",fieldPath=".bucket",message="bucket must be at most half the window (default 8h): use a shorter bucket or a longer window"
+// +kubebuilder:validation:XValidation:rule="!has(self.bucket) || duration(self.bucket) < duration('1s') || (has(self.window) ? duration(self.window) : duration('8h')).getMilliseconds() / duration(self.bucket).getMilliseconds() <= 10080",fieldPath=".bucket",message="window / bucket must be at most 10080 buckets: use a longer bucket"
 type BurstSpec struct {
 	// Metric names the additive metric (of Metrics) whose load is observed.
 	Metric string `json:"metric"`
@@ -320,20 +364,24 @@ type BurstSpec struct {
 	// (for QPS, its throughput at full batch). It is usually above the
 	// metric's own target, which keeps headroom for reactive scaling.
 	// Default: the metric's target.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="target must be > 0: the load one instance serves"
 	// +optional
 	Target *resource.Quantity `json:"target,omitempty"`
 
 	// Quantile of the window's load, weighted by load, to provision for:
 	// more than 0 and at most 1 (1 is the largest bucket). Default 0.99.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0')) && quantity(string(self)).compareTo(quantity('1')) <= 0",message="quantile must be > 0 and <= 1, such as 0.99"
 	// +optional
 	Quantile *resource.Quantity `json:"quantile,omitempty"`
 
 	// Window is how far back bursts are remembered, 10m-7d. Default 8h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m') && duration(self) <= duration('168h')",message="window must be between 10m and 168h"
 	// +optional
 	Window *metav1.Duration `json:"window,omitempty"`
 
 	// Bucket is the averaging interval of the load, 1s-1h; Window holds at
 	// most 10080 buckets. Default 1m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h') && duration(self).getMilliseconds() % 1000 == 0",message="bucket must be whole seconds between 1s and 1h"
 	// +optional
 	Bucket *metav1.Duration `json:"bucket,omitempty"`
 }

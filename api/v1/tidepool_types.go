@@ -24,10 +24,18 @@ const (
 // The fields of the seed's sample manifest keep their names and meaning;
 // credentials are only ever given by reference (see CredentialsSecretRef).
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.secretId) && !has(self.secretKey)",message="spec.secretId/spec.secretKey: inline credentials are not accepted; store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"
-// +kubebuilder:validation:XValidation:rule="self.minimum <= self.maximum",message="spec.minimum must be <= spec.maximum: lower minimum or raise maximum"
-// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || (self.replicas >= self.minimum && self.replicas <= self.maximum)",message="spec.replicas must lie between spec.minimum and spec.maximum"
-// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'sim' || has(self.sim)",message="spec.sim: required for provider sim: set spec.sim.traceDir to a folder of per-zone spot-capacity traces"
+// The rules below, and the markers on the fields, mirror
+// internal/validation's (which `tidegpu up` applies); test/validation runs
+// the same invalid documents through both.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.secretId)",fieldPath=".secretId",message="spec.secretId: inline credentials are not accepted: store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretKey)",fieldPath=".secretKey",message="spec.secretKey: inline credentials are not accepted: store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"
+// +kubebuilder:validation:XValidation:rule="self.minimum <= self.maximum",fieldPath=".minimum",message="spec.minimum must be <= spec.maximum: lower minimum or raise maximum"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || (self.replicas >= self.minimum && self.replicas <= self.maximum)",fieldPath=".replicas",message="spec.replicas must lie between spec.minimum and spec.maximum: set it in that range or remove it"
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'sim' || has(self.sim)",fieldPath=".sim",message="spec.sim: required for provider sim: set spec.sim.traceDir to a folder of per-zone spot-capacity traces"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.maximum >= 1",fieldPath=".autoscaling.maxReplicas",message="spec.autoscaling.maxReplicas must be >= 1: autoscaling needs spec.maximum >= 1"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || (self.minimum <= (has(self.autoscaling.maxReplicas) && self.autoscaling.maxReplicas != 0 && self.autoscaling.maxReplicas < self.maximum ? self.autoscaling.maxReplicas : self.maximum) && (!has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas <= (has(self.autoscaling.maxReplicas) && self.autoscaling.maxReplicas != 0 && self.autoscaling.maxReplicas < self.maximum ? self.autoscaling.maxReplicas : self.maximum)))",fieldPath=".autoscaling.minReplicas",message="spec.autoscaling.minReplicas must be <= maxReplicas: the autoscaler runs between max(minReplicas, spec.minimum) and min(maxReplicas, spec.maximum); lower minReplicas or raise maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.schedules) || self.autoscaling.schedules.all(x, x.minReplicas <= (has(self.autoscaling.maxReplicas) && self.autoscaling.maxReplicas != 0 && self.autoscaling.maxReplicas < self.maximum ? self.autoscaling.maxReplicas : self.maximum))",fieldPath=".autoscaling.schedules",message="spec.autoscaling.schedules[].minReplicas must be <= maxReplicas (min(spec.autoscaling.maxReplicas, spec.maximum)): lower the schedule's minReplicas"
 type TidePoolSpec struct {
 	// Provider selects the cloud provider adapter. Unset means tencent, so the
 	// seed's manifest means what it meant; `tidegpu up` defaults to local.
@@ -95,7 +103,9 @@ type TidePoolSpec struct {
 	InstanceChargeType string `json:"instanceChargeType,omitempty"`
 
 	// KongGatewayIP is the address of a Kong gateway whose Admin API
-	// (http://IP:8001) receives the pool's targets. Empty means no Kong.
+	// (http://IP:8001) receives the pool's targets: an IP address or host
+	// name, optionally with :port. Empty means no Kong.
+	// +kubebuilder:validation:Pattern=`^(\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?|[0-9A-Fa-f]*:[0-9A-Fa-f:.]+|[0-9A-Za-z]([-0-9A-Za-z.]*[0-9A-Za-z])?(:[0-9]{1,5})?)$`
 	// +optional
 	KongGatewayIP string `json:"kongGatewayIP,omitempty"`
 
@@ -199,6 +209,9 @@ const DefaultAvailabilityTarget = "99.9"
 type PlacementSpec struct {
 	// AvailabilityZones limits placement to these zones; empty means every
 	// zone the provider offers in the region.
+	// +kubebuilder:validation:items:Pattern=`^\S+$`
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
 	// +optional
 	AvailabilityZones []string `json:"availabilityZones,omitempty"`
 	// InstanceTypes are further machine types the pool may run on besides
@@ -208,7 +221,7 @@ type PlacementSpec struct {
 	// every type x zone x market by availability and price, so a type the
 	// cloud has no capacity for is skipped and the pool fills from another.
 	// +kubebuilder:validation:MaxItems=10
-	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:Pattern=`^\S+$`
 	// +kubebuilder:validation:items:MaxLength=64
 	// +listType=set
 	// +optional
@@ -230,6 +243,7 @@ type PlacementSpec struct {
 	// serving, for example "99.9" (the default) or "99". Other strategies
 	// ignore it.
 	// +kubebuilder:validation:Pattern=`^(100(\.0+)?|[1-9]?[0-9](\.[0-9]+)?)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^0(\\\\.0+)?$')",message="spec.placement.availabilityTarget must be a percentage above 0 and at most 100, such as \"99.9\""
 	// +optional
 	AvailabilityTarget string `json:"availabilityTarget,omitempty"`
 	// OnDemandBase is the number of always-on on-demand instances, part of
@@ -280,17 +294,17 @@ type SimSpec struct {
 // strings such as "3.06".
 type PricingSpec struct {
 	// OnDemandPerHour is the on-demand (list) price.
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,9}(\.[0-9]{1,9})?$`
 	// +optional
 	OnDemandPerHour string `json:"onDemandPerHour,omitempty"`
 	// SpotPerHour is the spot price.
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,9}(\.[0-9]{1,9})?$`
 	// +optional
 	SpotPerHour string `json:"spotPerHour,omitempty"`
 	// StandbyPerHour is the price of a stopped standby instance (its
 	// disk). Default 0.0111: a 100 GB EBS gp3 volume at 0.08 USD per
 	// GB-month (https://aws.amazon.com/ebs/pricing/, us-east-1).
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,9}(\.[0-9]{1,9})?$`
 	// +optional
 	StandbyPerHour string `json:"standbyPerHour,omitempty"`
 	// Currency is an ISO 4217 code; default USD.
@@ -308,7 +322,7 @@ const (
 // BudgetSpec is a monthly spending limit (calendar month, UTC).
 type BudgetSpec struct {
 	// Monthly is the amount, a decimal string such as "2500".
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,9}(\.[0-9]{1,9})?$`
 	Monthly string `json:"monthly"`
 	// Currency is an ISO 4217 code; default USD.
 	// +kubebuilder:validation:Pattern=`^[A-Z]{3}$`
@@ -378,6 +392,7 @@ type ServingSpec struct {
 
 	// ReadinessPath is probed with GET until it answers 2xx. Default /healthz
 	// for the simulator; use / for Ollama.
+	// +kubebuilder:validation:Pattern=`^/`
 	// +optional
 	ReadinessPath string `json:"readinessPath,omitempty"`
 
@@ -397,10 +412,12 @@ type LocalSpec struct {
 	// are also passed as TIDEGPU_PORT, TIDEGPU_HOST, TIDEGPU_INSTANCE_ID and
 	// TIDEGPU_POOL (and OLLAMA_HOST=host:port). Empty means this binary's
 	// built-in simulator (`tidegpu sim`).
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !self[0].matches('^\\\\s*$')",message="spec.local.command[0]: the program must not be empty: name it first, for example [\"ollama\", \"serve\"]"
 	// +optional
 	Command []string `json:"command,omitempty"`
 
 	// Env adds NAME=VALUE entries to each instance's environment.
+	// +kubebuilder:validation:items:Pattern=`^[^=]+=`
 	// +optional
 	Env []string `json:"env,omitempty"`
 

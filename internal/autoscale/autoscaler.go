@@ -146,6 +146,13 @@ type Autoscaler struct {
 	burstCached bool
 }
 
+// Validate checks cfg as New does, without building an autoscaler: the
+// errors are joined *FieldError values, each naming its field.
+func Validate(cfg Config) error {
+	_, err := resolve(cfg)
+	return err
+}
+
 // New validates cfg (every error names its field; see FieldError) and
 // returns an Autoscaler reading time from clk.
 func New(cfg Config, clk clock.PassiveClock) (*Autoscaler, error) {

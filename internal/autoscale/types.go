@@ -58,3 +58,19 @@ const (
 	AggregateMax         = tidev1.AggregateMax
 	AggregateEWMA        = tidev1.AggregateEWMA
 )
+
+// ForPool is the autoscaling configuration a TidePool runs: its
+// spec.autoscaling with the pool's watermarks filled in (minReplicas unset
+// or below spec.minimum becomes spec.minimum; maxReplicas unset or above
+// spec.maximum becomes spec.maximum). The engine runs it and
+// internal/validation validates it, so both see the same configuration.
+func ForPool(spec *tidev1.TidePoolSpec) Config {
+	cfg := *spec.Autoscaling.DeepCopy()
+	if cfg.MinReplicas == 0 || cfg.MinReplicas < spec.Minimum {
+		cfg.MinReplicas = spec.Minimum
+	}
+	if cfg.MaxReplicas == 0 || cfg.MaxReplicas > spec.Maximum {
+		cfg.MaxReplicas = spec.Maximum
+	}
+	return cfg
+}

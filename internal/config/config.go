@@ -1,7 +1,8 @@
 // Package config reads the TidePool documents that `tidegpu up` takes from a
 // file (the same YAML the cluster takes) and validates them with the rules the
-// CRD's schema and CEL enforce in the cluster, so that bad input is refused
-// before anything starts, with a message naming the field and the fix.
+// CRD's schema and CEL enforce in the cluster (internal/validation holds
+// them once), so that bad input is refused before anything starts, with a
+// message naming the field and the fix.
 package config
 
 import (
@@ -10,20 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	"github.com/tidegpu/tidegpu/internal/autoscale"
-	"github.com/tidegpu/tidegpu/internal/cost"
+	specvalidation "github.com/tidegpu/tidegpu/internal/validation"
 )
 
 // Kind is the only kind `tidegpu up` accepts today.
@@ -148,10 +144,9 @@ func strictMessage(err error) string {
 	return "decoding: " + msg
 }
 
-// availabilityPattern is the CRD's pattern of spec.placement.availabilityTarget.
-var availabilityPattern = regexp.MustCompile(`^(100(\.0+)?|[1-9]?[0-9](\.[0-9]+)?)$`)
-
-// Validate applies the rules the CRD enforces in the cluster.
+// Validate checks one TidePool: its name here, its spec with
+// internal/validation's rules, the same rules the CRD's schema and CEL
+// mirror in the cluster.
 func Validate(p *tidev1.TidePool) field.ErrorList {
 	var errs field.ErrorList
 	meta := field.NewPath("metadata")
@@ -162,136 +157,7 @@ func Validate(p *tidev1.TidePool) field.ErrorList {
 			errs = append(errs, field.Invalid(meta.Child("name"), p.Name, m))
 		}
 	}
-	s := &p.Spec
-	spec := field.NewPath("spec")
-	switch s.Provider {
-	case tidev1.ProviderLocal, tidev1.ProviderSim, tidev1.ProviderAWS, tidev1.ProviderTencent:
-	default:
-		errs = append(errs, field.NotSupported(spec.Child("provider"), s.Provider, []string{tidev1.ProviderTencent, tidev1.ProviderAWS, tidev1.ProviderLocal, tidev1.ProviderSim}))
-	}
-	if s.Minimum < 0 {
-		errs = append(errs, field.Invalid(spec.Child("minimum"), s.Minimum, "must be >= 0"))
-	}
-	if s.Maximum < 0 {
-		errs = append(errs, field.Invalid(spec.Child("maximum"), s.Maximum, "must be >= 0"))
-	}
-	if s.Maximum > 1000 {
-		errs = append(errs, field.Invalid(spec.Child("maximum"), s.Maximum, "must be <= 1000"))
-	}
-	if s.Minimum > s.Maximum {
-		errs = append(errs, field.Invalid(spec.Child("minimum"), s.Minimum, fmt.Sprintf("must be <= spec.maximum (%d): lower minimum or raise maximum", s.Maximum)))
-	}
-	if s.Replicas != nil && (*s.Replicas < s.Minimum || *s.Replicas > s.Maximum) {
-		errs = append(errs, field.Invalid(spec.Child("replicas"), *s.Replicas, fmt.Sprintf("must lie between spec.minimum (%d) and spec.maximum (%d)", s.Minimum, s.Maximum)))
-	}
-	switch s.InstanceChargeType {
-	case tidev1.ChargeSpot, tidev1.ChargeOnDemand:
-	default:
-		errs = append(errs, field.NotSupported(spec.Child("instanceChargeType"), s.InstanceChargeType, []string{tidev1.ChargeSpot, tidev1.ChargeOnDemand}))
-	}
-	if s.SecretID != nil {
-		errs = append(errs, field.Forbidden(spec.Child("secretId"), "inline credentials are not accepted: store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"))
-	}
-	if s.SecretKey != nil {
-		errs = append(errs, field.Forbidden(spec.Child("secretKey"), "inline credentials are not accepted: store them in a Secret (keys secretId, secretKey) and set spec.credentialsSecretRef.name"))
-	}
-	if s.KongGatewayIP != "" && net.ParseIP(s.KongGatewayIP) == nil {
-		if _, _, err := net.SplitHostPort(s.KongGatewayIP); err != nil && len(validation.IsDNS1123Subdomain(s.KongGatewayIP)) > 0 {
-			errs = append(errs, field.Invalid(spec.Child("kongGatewayIP"), s.KongGatewayIP, "must be an IP address or host name"))
-		}
-	}
-	if s.Serving.Port < 0 || s.Serving.Port > 65535 {
-		errs = append(errs, field.Invalid(spec.Child("serving", "port"), s.Serving.Port, "must be between 1 and 65535"))
-	}
-	if rp := s.Serving.ReadinessPath; rp != "" && !strings.HasPrefix(rp, "/") {
-		errs = append(errs, field.Invalid(spec.Child("serving", "readinessPath"), rp, "must start with /"))
-	}
-	if s.DrainSeconds != nil && (*s.DrainSeconds < 0 || *s.DrainSeconds > 3600) {
-		errs = append(errs, field.Invalid(spec.Child("drainSeconds"), *s.DrainSeconds, "must be between 0 and 3600"))
-	}
-	if a := s.Autoscaling; a != nil {
-		cfg := *a.DeepCopy()
-		if cfg.MinReplicas == 0 || cfg.MinReplicas < s.Minimum {
-			cfg.MinReplicas = s.Minimum
-		}
-		if cfg.MaxReplicas == 0 || cfg.MaxReplicas > s.Maximum {
-			cfg.MaxReplicas = s.Maximum
-		}
-		if _, err := autoscale.New(cfg, clock.RealClock{}); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("autoscaling"), "", err.Error()))
-		}
-	}
-	if pr := s.Pricing; pr != nil {
-		for name, v := range map[string]string{"onDemandPerHour": pr.OnDemandPerHour, "spotPerHour": pr.SpotPerHour, "standbyPerHour": pr.StandbyPerHour} {
-			if v == "" {
-				continue
-			}
-			if _, err := cost.ParseAmount(v); err != nil {
-				errs = append(errs, field.Invalid(spec.Child("pricing", name), v, "must be a decimal price such as 3.06"))
-			}
-		}
-	}
-	if b := s.Budget; b != nil {
-		if _, err := cost.ParseAmount(b.Monthly); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("budget", "monthly"), b.Monthly, "must be a decimal amount such as 2500"))
-		}
-		switch b.Action {
-		case "", tidev1.BudgetAlert, tidev1.BudgetCapAtMinimum:
-		default:
-			errs = append(errs, field.NotSupported(spec.Child("budget", "action"), b.Action, []string{tidev1.BudgetAlert, tidev1.BudgetCapAtMinimum}))
-		}
-	}
-	if s.Provider == tidev1.ProviderSim && s.Sim == nil {
-		errs = append(errs, field.Required(spec.Child("sim"), "required for provider sim: set spec.sim.traceDir to a folder of per-zone spot-capacity traces"))
-	}
-	if pl := s.Placement; pl != nil {
-		pp := spec.Child("placement")
-		switch pl.Strategy {
-		case "", tidev1.StrategyAdaptive, tidev1.StrategyLowestPrice, tidev1.StrategyZoneResilient, tidev1.StrategyOnDemand:
-		default:
-			errs = append(errs, field.NotSupported(pp.Child("strategy"), pl.Strategy,
-				[]string{tidev1.StrategyAdaptive, tidev1.StrategyLowestPrice, tidev1.StrategyZoneResilient, tidev1.StrategyOnDemand}))
-		}
-		if t := pl.AvailabilityTarget; t != "" {
-			if v, err := strconv.ParseFloat(t, 64); err != nil || !availabilityPattern.MatchString(t) || v <= 0 || v > 100 {
-				errs = append(errs, field.Invalid(pp.Child("availabilityTarget"), t, "must be a percentage above 0 and at most 100, such as \"99.9\""))
-			}
-		}
-		if pl.OnDemandBase < 0 {
-			errs = append(errs, field.Invalid(pp.Child("onDemandBase"), pl.OnDemandBase, "must be >= 0"))
-		}
-		if pl.Standby != nil && (*pl.Standby < 0 || *pl.Standby > 100) {
-			errs = append(errs, field.Invalid(pp.Child("standby"), *pl.Standby, "must be between 0 and 100"))
-		}
-		if len(pl.InstanceTypes) > 10 {
-			errs = append(errs, field.TooMany(pp.Child("instanceTypes"), len(pl.InstanceTypes), 10))
-		}
-		seen := map[string]bool{}
-		for i, t := range pl.InstanceTypes {
-			switch {
-			case strings.TrimSpace(t) == "":
-				errs = append(errs, field.Invalid(pp.Child("instanceTypes").Index(i), t, "must name a machine type such as g5.xlarge"))
-			case seen[t]:
-				errs = append(errs, field.Duplicate(pp.Child("instanceTypes").Index(i), t))
-			}
-			seen[t] = true
-		}
-	}
-	if l := s.Local; l != nil {
-		lp := spec.Child("local")
-		if l.StartTimeoutSeconds != nil && *l.StartTimeoutSeconds < 1 {
-			errs = append(errs, field.Invalid(lp.Child("startTimeoutSeconds"), *l.StartTimeoutSeconds, "must be >= 1"))
-		}
-		for i, e := range l.Env {
-			if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-				errs = append(errs, field.Invalid(lp.Child("env").Index(i), e, "must be NAME=VALUE"))
-			}
-		}
-		if len(l.Command) > 0 && strings.TrimSpace(l.Command[0]) == "" {
-			errs = append(errs, field.Invalid(lp.Child("command").Index(0), l.Command[0], "the program must not be empty"))
-		}
-	}
-	return errs
+	return append(errs, specvalidation.Spec(&p.Spec, field.NewPath("spec"))...)
 }
 
 func checkUnique(pools []tidev1.TidePool, source string) []string {

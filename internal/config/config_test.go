@@ -45,7 +45,7 @@ func TestParseBad(t *testing.T) {
 		{"minimum above maximum", strings.Replace(good, "minimum: 2", "minimum: 5", 1),
 			[]string{"spec.minimum", "must be <= spec.maximum (4)", `TidePool "chat"`}},
 		{"negative maximum", strings.Replace(strings.Replace(good, "maximum: 4", "maximum: -1", 1), "minimum: 2", "minimum: 0", 1),
-			[]string{"spec.maximum", "must be >= 0"}},
+			[]string{"spec.maximum", "must be between 0 and 1000"}},
 		{"negative minimum", strings.Replace(good, "minimum: 2", "minimum: -2", 1), []string{"spec.minimum", "must be >= 0"}},
 		{"unknown field", strings.Replace(good, "maximum: 4", "maximum: 4\n  maximun: 5", 1),
 			[]string{"maximun", "unknown field"}},

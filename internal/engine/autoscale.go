@@ -55,16 +55,7 @@ func (p *Pool) noteSignals() {
 const AutoscaleEvery = 5 * time.Second
 
 // autoscaleConfig fills the TidePool's watermarks into the autoscaling spec.
-func autoscaleConfig(spec *tidev1.TidePoolSpec) autoscale.Config {
-	cfg := *spec.Autoscaling.DeepCopy()
-	if cfg.MinReplicas == 0 || cfg.MinReplicas < spec.Minimum {
-		cfg.MinReplicas = spec.Minimum
-	}
-	if cfg.MaxReplicas == 0 || cfg.MaxReplicas > spec.Maximum {
-		cfg.MaxReplicas = spec.Maximum
-	}
-	return cfg
-}
+func autoscaleConfig(spec *tidev1.TidePoolSpec) autoscale.Config { return autoscale.ForPool(spec) }
 
 // autoscale evaluates the pool's autoscaler when due and returns the size
 // it wants (0: no autoscaling, use the spec).
