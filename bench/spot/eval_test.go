@@ -74,6 +74,7 @@ func loadParts(t *testing.T) map[string]part {
 type run struct {
 	part                         part
 	strategy, target             string
+	onDemandBase                 int32
 	notice, coldStart, warmStart time.Duration
 	learning                     placement.Learning
 }
@@ -82,7 +83,8 @@ func (r run) options() replay.Options {
 	zero := int32(0)
 	pool := &tidev1.TidePool{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: tidev1.TidePoolSpec{
 		Provider: tidev1.ProviderAWS, InstanceType: "p3.2xlarge", Minimum: benchWant, Maximum: benchWant, DrainSeconds: &zero,
-		Placement: &tidev1.PlacementSpec{AvailabilityZones: r.part.trace.ZoneNames(), Strategy: r.strategy, AvailabilityTarget: r.target},
+		Placement: &tidev1.PlacementSpec{AvailabilityZones: r.part.trace.ZoneNames(), Strategy: r.strategy, AvailabilityTarget: r.target,
+			OnDemandBase: r.onDemandBase},
 	}}
 	return replay.Options{Pool: pool, Trace: r.part.trace, From: r.part.from, Duration: r.part.duration,
 		Notice: r.notice, ColdStart: r.coldStart, WarmStart: r.warmStart, Learning: r.learning}

@@ -107,21 +107,30 @@ func TestSpotEvaluation(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 
-	// 3. The frontier at 30 s notice: the default at other targets.
-	targets := []string{"99", "99.5", "99.99"}
+	// 3. The frontier at 30 s notice: the default at other targets, and
+	// with an on-demand base (the number a user owns).
+	type point struct {
+		target string
+		base   int32
+	}
+	points := []point{{"99", 0}, {"99.5", 0}, {"99.99", 0}, {"", 1}, {"", 2}}
 	runs = runs[:0]
-	for _, tg := range targets {
+	for _, pt := range points {
 		for _, p := range evalParts {
-			runs = append(runs, run{part: parts[p], target: tg, notice: 30 * time.Second, coldStart: cold, warmStart: warm})
+			runs = append(runs, run{part: parts[p], target: pt.target, onDemandBase: pt.base, notice: 30 * time.Second, coldStart: cold, warmStart: warm})
 		}
 	}
 	res = replayAll(t, runs)
 	b.Reset()
-	fmt.Fprintf(&b, "frontier at 30 s notice: Adaptive at other availability targets (99.9 and the other strategies above)\n")
-	fmt.Fprintf(&b, "| target | aws1 availability | aws1 saved | aws3 2nd half availability | aws3 2nd half saved |\n| --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "frontier at 30 s notice: Adaptive at other availability targets and on-demand bases (target 99.9, base 0 and the other strategies above)\n")
+	fmt.Fprintf(&b, "| target | on-demand base | aws1 availability | aws1 saved | aws3 2nd half availability | aws3 2nd half saved |\n| --- | --- | --- | --- | --- | --- |\n")
 	for i := 0; i < len(runs); i += 2 {
 		a, c := res[i], res[i+1]
-		fmt.Fprintf(&b, "| %s %% | %s | %s | %s | %s |\n", runs[i].target, pct(a.Availability), pct(a.Savings), pct(c.Availability), pct(c.Savings))
+		tg := runs[i].target
+		if tg == "" {
+			tg = "99.9"
+		}
+		fmt.Fprintf(&b, "| %s %% | %d | %s | %s | %s | %s |\n", tg, runs[i].onDemandBase, pct(a.Availability), pct(a.Savings), pct(c.Availability), pct(c.Savings))
 	}
 	t.Log("\n" + b.String())
 }
