@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
 )
 
@@ -90,17 +91,36 @@ func TestReplayFallbackDipsForColdStartMinusNotice(t *testing.T) {
 // otherwise.
 func TestReplayFollowsTheSpec(t *testing.T) {
 	tr := trace(t, 5*time.Minute, map[string][]int{"us-east-1a": steps(2, 24, 0, 12, 2, 24)})
+	var reasons []string
 	run := func(pl *tidev1.PlacementSpec) Result {
+		reasons = nil
 		res, err := Run(context.Background(), Options{Pool: cloudPool(2, pl), Trace: tr, ColdStart: 5 * time.Minute,
-			WarmStart: time.Minute, Notice: 2 * time.Minute, Warmup: 10 * time.Minute})
+			WarmStart: time.Minute, Notice: 2 * time.Minute, Warmup: 10 * time.Minute,
+			Events: func(e events.Event) { reasons = append(reasons, e.Reason+": "+e.Message) }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
+	// The decisions are the engine's: its events say what the strategy
+	// resolved to and why each instance was launched or started.
+	said := func(what string) bool {
+		for _, r := range reasons {
+			if strings.Contains(r, what) {
+				return true
+			}
+		}
+		return false
+	}
 	two := int32(2)
 	plain := run(&tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}, Strategy: tidev1.StrategyLowestPrice})
+	if !said("Placement: LowestPrice") || !said("on-demand fallback") {
+		t.Errorf("LowestPrice: the engine's events do not show its decision: %q", reasons)
+	}
 	standby := run(&tidev1.PlacementSpec{AvailabilityZones: []string{"us-east-1a"}, Standby: &two})
+	if !said("Placement: Adaptive") || !said("Started: started standby") {
+		t.Errorf("Adaptive: the engine's events do not show its decision: %q", reasons)
+	}
 	if standby.Dips != 0 || standby.Starts != 2 {
 		t.Errorf("with a standby: %d dips, %d starts; want 0 and 2", standby.Dips, standby.Starts)
 	}
