@@ -477,8 +477,13 @@ func (m *CapacityMemory) LossRates(max, priorSize int) []float64 {
 		hours = m.losses.hours * f
 		m.mu.Unlock()
 	}
-	for s, c := range sizes {
-		if c > 0 && s > 0 {
+	keys := make([]int, 0, len(sizes))
+	for s := range sizes {
+		keys = append(keys, s)
+	}
+	sort.Ints(keys) // one order of additions: the same rates every run
+	for _, s := range keys {
+		if c := sizes[s]; c > 0 && s > 0 {
 			out[min(s, max)] += c
 		}
 	}

@@ -71,6 +71,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		DefaultRegion: "-",
 		AddressOf:     func(n uint64) string { return fmt.Sprintf("replay-%d:8000", n) },
 		Logger:        discard,
+		PullEvents:    true,
 	})
 	if err != nil {
 		return Result{}, err
@@ -96,16 +97,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	m := newMeter(&res, opts, epoch.Add(opts.Warmup))
 	end := epoch.Add(dur)
 	deliver := func() {
-		for {
-			select {
-			case ev, ok := <-sim.Events():
-				if !ok {
-					return
-				}
-				drv.Event(ev)
-			default:
-				return
-			}
+		for _, ev := range sim.TakeEvents() {
+			drv.Event(ev)
 		}
 	}
 	readyAt := func(in provider.Instance) time.Time {

@@ -153,6 +153,12 @@ type Options struct {
 	Clock clock.WithTicker
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// PullEvents keeps the events for TakeEvents instead of delivering
+	// them on Events, so that a caller that drives the clock itself (a
+	// replay) gets every event of a call when the call returns, in order:
+	// a channel fed by a goroutine would hand some of them over a call
+	// later, at random. Process-less mode only.
+	PullEvents bool
 }
 
 // Stats counts what the simulator did.
@@ -194,6 +200,7 @@ type Provider struct {
 	zones  map[string]int // zone → index in the trace
 	log    *slog.Logger
 	events *eventq.Queue
+	pulled []provider.Event // with Options.PullEvents
 	// others carries, in process mode, the local provider's events about
 	// instances that are not the simulator's (LocalEvents).
 	others *eventq.Queue
@@ -224,6 +231,9 @@ type Provider struct {
 func New(opts Options) (*Provider, error) {
 	if opts.Trace == nil || len(opts.Trace.Zones) == 0 || opts.Trace.Steps == 0 || opts.Trace.Gap <= 0 {
 		return nil, errors.New("spotsim: Options.Trace is required (LoadTrace)")
+	}
+	if opts.PullEvents && opts.Local != nil {
+		return nil, errors.New("spotsim: Options.PullEvents is for the process-less mode (no Options.Local)")
 	}
 	if opts.Compression == 0 {
 		opts.Compression = 1
@@ -287,6 +297,26 @@ func New(opts Options) (*Provider, error) {
 		go p.forward(opts.Local.Events())
 	}
 	return p, nil
+}
+
+// push reports an event, on Events or for TakeEvents; p.mu is held or
+// the caller owns the event's ordering otherwise.
+func (p *Provider) push(ev provider.Event) {
+	if p.opts.PullEvents {
+		p.pulled = append(p.pulled, ev)
+		return
+	}
+	p.events.Push(ev)
+}
+
+// TakeEvents returns the events reported since the last call, in order,
+// with Options.PullEvents (else none).
+func (p *Provider) TakeEvents() []provider.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.pulled
+	p.pulled = nil
+	return out
 }
 
 // LocalEvents delivers, in process mode (Options.Local), the local
@@ -397,7 +427,7 @@ func (p *Provider) tickLocked() {
 		sortInsts(due)
 		for _, in := range due {
 			p.removeLocked(in)
-			p.events.Push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed: the spot market took the instance back"})
+			p.push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed: the spot market took the instance back"})
 		}
 	}
 	step := p.stepAt(now)
@@ -469,7 +499,7 @@ func (p *Provider) reclaimLocked(in *inst, notice time.Duration, now time.Time, 
 	}
 	if notice <= 0 {
 		p.removeLocked(in)
-		p.events.Push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed without notice: " + why})
+		p.push(provider.Event{Type: provider.EventGone, Instance: cloneInstance(in.Instance), Message: "reclaimed without notice: " + why})
 		return
 	}
 	if in.InterruptAt != nil {
@@ -480,7 +510,7 @@ func (p *Provider) reclaimLocked(in *inst, notice time.Duration, now time.Time, 
 	if p.nextKill.IsZero() || at.Before(p.nextKill) {
 		p.nextKill = at
 	}
-	p.events.Push(provider.Event{Type: provider.EventInterruption, Instance: cloneInstance(in.Instance),
+	p.push(provider.Event{Type: provider.EventInterruption, Instance: cloneInstance(in.Instance),
 		Message: fmt.Sprintf("spot interruption notice: reclaimed in %v (%s)", notice, why)})
 	select {
 	case p.wake <- struct{}{}:
@@ -741,7 +771,7 @@ func (p *Provider) Terminate(ctx context.Context, id string) error {
 	p.removeLocked(in)
 	gone := cloneInstance(in.Instance)
 	gone.State = provider.StateTerminating
-	p.events.Push(provider.Event{Type: provider.EventGone, Instance: gone, Message: "terminated"})
+	p.push(provider.Event{Type: provider.EventGone, Instance: gone, Message: "terminated"})
 	return nil
 }
 
@@ -805,7 +835,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 		return nil
 	}
 	in.State = provider.StateStopped
-	p.events.Push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(in.Instance), Message: "stopped"})
+	p.push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(in.Instance), Message: "stopped"})
 	return nil
 }
 
@@ -827,7 +857,7 @@ func (p *Provider) Start(ctx context.Context, id string) (provider.Instance, err
 	if in.State == provider.StateStopped {
 		// As EC2's LaunchTime, LaunchedAt becomes the time of this start.
 		in.State, in.LaunchedAt = provider.StateRunning, p.clock.Now()
-		p.events.Push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(in.Instance), Message: "started"})
+		p.push(provider.Event{Type: provider.EventChanged, Instance: cloneInstance(in.Instance), Message: "started"})
 	}
 	return cloneInstance(in.Instance), nil
 }
