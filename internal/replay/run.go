@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -95,17 +96,29 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	res := Result{Strategy: strategyOf(spec)}
 	m := newMeter(&res, opts, epoch.Add(opts.Warmup))
 	end := epoch.Add(dur)
+	// deliver hands the pool every event the simulator emitted so far:
+	// the event queue's pump moves them onto the channel on its own
+	// goroutine, so stopping at the first empty read would deliver a
+	// scheduler-dependent part of them and make the replay
+	// nondeterministic.
 	deliver := func() {
 		for {
-			select {
-			case ev, ok := <-sim.Events():
-				if !ok {
-					return
+			pending := sim.PendingEvents()
+			for drained := false; !drained; {
+				select {
+				case ev, ok := <-sim.Events():
+					if !ok {
+						return
+					}
+					drv.Event(ev)
+				default:
+					drained = true
 				}
-				drv.Event(ev)
-			default:
+			}
+			if pending == 0 {
 				return
 			}
+			runtime.Gosched()
 		}
 	}
 	readyAt := func(in provider.Instance) time.Time {

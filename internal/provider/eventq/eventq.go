@@ -61,6 +61,17 @@ func (q *Queue) Push(ev provider.Event) {
 	}
 }
 
+// Pending is the number of events pushed that are not yet on the channel
+// (an event being handed over counts): once it is 0, every event pushed
+// before can be received from C without waiting. A caller that pushes and
+// reads on one goroutine (a replay on a fake clock) uses it to receive
+// every event so far, deterministically.
+func (q *Queue) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending)
+}
+
 func (q *Queue) run() {
 	defer close(q.done)
 	for {

@@ -54,3 +54,36 @@ func TestQueueDeliversEverything(t *testing.T) {
 	}
 	q.Close()
 }
+
+// Once Pending is 0, every event pushed so far is on the channel: a reader
+// on the pushing goroutine receives them all without waiting.
+func TestQueuePendingMeansOnTheChannel(t *testing.T) {
+	for i := range 100 {
+		q := New(8, nil)
+		for j := range 20 { // more than the buffer: the reader must wait for the pump
+			q.Push(provider.Event{Message: fmt.Sprint(j)})
+		}
+		n := 0
+		for {
+			pending := q.Pending()
+			for drained := false; !drained; {
+				select {
+				case ev := <-q.C():
+					if ev.Message != fmt.Sprint(n) {
+						t.Fatalf("queue %d: got %s, want %d", i, ev.Message, n)
+					}
+					n++
+				default:
+					drained = true
+				}
+			}
+			if pending == 0 {
+				break
+			}
+		}
+		if n != 20 {
+			t.Fatalf("queue %d: received %d once nothing was pending, want 20", i, n)
+		}
+		q.Close()
+	}
+}

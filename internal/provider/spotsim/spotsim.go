@@ -289,6 +289,10 @@ func (p *Provider) Name() string { return tidev1.ProviderSim }
 // Events delivers Changed, Interruption and Gone events until Close.
 func (p *Provider) Events() <-chan provider.Event { return p.events.C() }
 
+// PendingEvents is the number of events emitted that are not yet on the
+// Events channel (see eventq.Queue.Pending).
+func (p *Provider) PendingEvents() int { return p.events.Pending() }
+
 // Zones returns the trace's zones in name order.
 func (p *Provider) Zones() []string { return p.opts.Trace.ZoneNames() }
 
