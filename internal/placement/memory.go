@@ -51,6 +51,26 @@ type Blocked struct {
 	Why string `json:"why"`
 }
 
+// Memory is what a placement decision reads of a CapacityMemory, read
+// only: a *CapacityMemory (nil remembers nothing) or one of its Accrued
+// views.
+type Memory interface {
+	// Blocked reports whether k may take no launch now.
+	Blocked(k Key) (Blocked, bool)
+	// Preempted reports whether k lost an instance to a preemption
+	// recently.
+	Preempted(k Key) bool
+	// Rate is the learnt rate of preemption episodes of k per hour held.
+	Rate(k Key) float64
+	// Timing is what was measured of notices and starts.
+	Timing() Timing
+}
+
+var (
+	_ Memory = (*CapacityMemory)(nil)
+	_ Memory = accrued{}
+)
+
 // CapacityMemory remembers offerings that lacked capacity recently:
 // refused launches and preemptions make an offering unusable for the TTL,
 // and a preemption also puts it after the offerings that had none for the
@@ -344,23 +364,65 @@ func (m *CapacityMemory) Accrue(held map[Key]int) {
 	if m.rates == nil {
 		m.rates = map[Key]*rate{}
 	}
+	m.accruedAt = accrue(m.rates, m.accruedAt, now, held, m.halfLife())
+}
+
+// accrue adds the exposure held since at to rates and returns now, the
+// time of this accrual.
+func accrue(rates map[Key]*rate, at, now time.Time, held map[Key]int, halfLife time.Duration) time.Time {
 	gap := 0.0
-	if !m.accruedAt.IsZero() && now.After(m.accruedAt) {
-		gap = min(now.Sub(m.accruedAt), time.Hour).Hours()
+	if !at.IsZero() && now.After(at) {
+		gap = min(now.Sub(at), time.Hour).Hours()
 	}
-	m.accruedAt = now
 	for k, n := range held {
 		if n <= 0 {
 			continue
 		}
-		r := m.rates[k]
+		r := rates[k]
 		if r == nil {
 			r = &rate{}
-			m.rates[k] = r
+			rates[k] = r
 		}
-		r.decay(now, m.halfLife())
+		r.decay(now, halfLife)
 		r.hours += gap
 	}
+	return now
+}
+
+// Accrued returns a read-only view of m as it will read once Accrue(held)
+// is called now, leaving m as it is: a pure decision plans with the
+// round's exposure and hands the Accrue back as a command.
+func (m *CapacityMemory) Accrued(held map[Key]int) Memory {
+	if m == nil {
+		return m
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rates := make(map[Key]*rate, len(m.rates)+len(held))
+	for k, r := range m.rates {
+		c := *r
+		rates[k] = &c
+	}
+	accrue(rates, m.accruedAt, now, held, m.halfLife())
+	return accrued{m: m, rates: rates}
+}
+
+// accrued is a CapacityMemory with exposure not yet accrued (Accrued).
+type accrued struct {
+	m     *CapacityMemory
+	rates map[Key]*rate
+}
+
+func (a accrued) Blocked(k Key) (Blocked, bool) { return a.m.Blocked(k) }
+func (a accrued) Preempted(k Key) bool          { return a.m.Preempted(k) }
+func (a accrued) Timing() Timing                { return a.m.Timing() }
+
+func (a accrued) Rate(k Key) float64 {
+	now := a.m.clock.Now()
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	return rateOf(a.rates, now, a.m.halfLife(), k)
 }
 
 // countEpisode counts a preemption of k as a new episode unless it comes
@@ -402,11 +464,15 @@ func (m *CapacityMemory) Rate(k Key) float64 {
 	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return rateOf(m.rates, now, m.halfLife(), k)
+}
+
+func rateOf(rates map[Key]*rate, now time.Time, halfLife time.Duration, k Key) float64 {
 	var e, h, te, th float64
-	for key, r := range m.rates {
+	for key, r := range rates {
 		f := 1.0
 		if now.After(r.at) {
-			f = math.Exp2(-float64(now.Sub(r.at)) / float64(m.halfLife()))
+			f = math.Exp2(-float64(now.Sub(r.at)) / float64(halfLife))
 		}
 		te += r.episodes * f
 		th += r.hours * f

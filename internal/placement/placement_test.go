@@ -681,3 +681,41 @@ func TestRegionOf(t *testing.T) {
 		}
 	}
 }
+
+// Accrued reads as the memory will once the exposure is accrued, and
+// leaves the memory as it was.
+func TestAccrued(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	a := Key{"a", itype, provider.MarketSpot}
+	b := Key{"b", itype, provider.MarketSpot}
+	build := func() *CapacityMemory {
+		m := NewCapacityMemory(clk, 0)
+		clk.SetTime(t0)
+		m.Accrue(map[Key]int{a: 1})
+		clk.Step(3 * time.Hour)
+		m.RecordPreemption(a)
+		return m
+	}
+	m, applied := build(), build()
+	before := m.Rate(a)
+	view := m.Accrued(map[Key]int{a: 2, b: 1})
+	applied.Accrue(map[Key]int{a: 2, b: 1})
+	for _, k := range []Key{a, b} {
+		if got, want := view.Rate(k), applied.Rate(k); got != want {
+			t.Errorf("Accrued view: Rate(%v) = %v, want %v as after Accrue", k, got, want)
+		}
+	}
+	if got := m.Rate(a); got != before {
+		t.Errorf("Accrued changed the memory: Rate(a) %v, was %v", got, before)
+	}
+	if view.Rate(a) == before {
+		t.Error("the view does not count the exposure")
+	}
+	if !view.Preempted(a) || view.Preempted(b) {
+		t.Error("the view does not read the memory's preemptions")
+	}
+	var none *CapacityMemory
+	if none.Accrued(map[Key]int{a: 1}).Rate(a) != none.Rate(a) {
+		t.Error("a nil memory's view reads otherwise than the nil memory")
+	}
+}

@@ -119,16 +119,16 @@ func adaptive(pol Policy, env Env, in Input, spot int) (Policy, string) {
 		}
 		return max(0, start-env.Timing.Notice).Hours()
 	}
-	spotOffers, _, _ := pol.usable(in.Offerings, in.Memory)
+	spotOffers, _, _ := pol.usable(in.Offerings, in.memory())
 	zones := map[string]bool{}
 	best := math.Inf(1)
 	for _, o := range spotOffers {
 		zones[o.Zone] = true
-		best = min(best, in.Memory.Rate(KeyOf(o)))
+		best = min(best, in.memory().Rate(KeyOf(o)))
 	}
 	risk := 0.0
 	for _, k := range sortedKeys(held) {
-		risk += in.Memory.Rate(k) * gap(held[k])
+		risk += in.memory().Rate(k) * gap(held[k])
 	}
 	if missing := spot - heldSpot; missing > 0 && !math.IsInf(best, 1) {
 		risk += best * gap(missing)
