@@ -131,10 +131,13 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	if res.Catalog == nil {
 		res.Catalog = market.DefaultCatalog()
 	}
-	if src, ok := p.deps.provider.(provider.OfferingSource); ok && c.Live != nil && p.offeringsDue(now) {
-		if offs, err := src.Offerings(p.ctx(), spec); err == nil {
-			c.Live.Update(p.deps.provider.Name(), spec.Region, offs, now)
-		}
+	// Live prices come from the pool's one cache of offerings (observe
+	// refreshes it), at most once a minute.
+	p.mu.Lock()
+	offs, offsAt := p.offers, p.offersAt
+	p.mu.Unlock()
+	if c.Live != nil && offs != nil && p.offeringsDue(now) {
+		c.Live.Update(p.deps.provider.Name(), spec.Region, offs, offsAt)
 	}
 	infos := make([]cost.InstanceInfo, 0, len(insts))
 	stopped := map[string]bool{}
@@ -211,14 +214,14 @@ func boolFloat(b bool) float64 {
 	return 0
 }
 
-// offeringsDue paces live price look-ups to one a minute per pool.
+// offeringsDue paces live price updates to one a minute per pool.
 func (p *Pool) offeringsDue(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now.Sub(p.offeringsAt) < time.Minute {
+	if now.Sub(p.livePricesAt) < time.Minute {
 		return false
 	}
-	p.offeringsAt = now
+	p.livePricesAt = now
 	return true
 }
 
