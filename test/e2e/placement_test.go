@@ -10,7 +10,7 @@ import (
 	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
-X, through `tidegpu up`: at
+// A ZoneResilient sim pool, through `tidegpu up`: at
 // most maxPerZone spot instances in a zone, none where the zone has no
 // capacity, and on-demand cover so that losing the fullest zone still
 // leaves the wanted count.
