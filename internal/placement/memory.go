@@ -497,7 +497,12 @@ const timingWeight = 0.3
 
 // ObserveNotice records the notice of one reclaim (its deadline minus
 // when it was seen).
-func (m *CapacityMemory) ObserveNotice(d time.Duration) { m.observe(&m.timing.Notice, d) }
+func (m *CapacityMemory) ObserveNotice(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.observe(&m.timing.Notice, d)
+}
 
 // ObserveStart records how long one instance took to be ready, from its
 // launch (warm false) or its start out of standby (warm true).

@@ -719,3 +719,16 @@ func TestAccrued(t *testing.T) {
 		t.Error("a nil memory's view reads otherwise than the nil memory")
 	}
 }
+
+// A nil memory remembers nothing and does not panic: an unplaced pool has
+// none and still sees reclaim notices and starts.
+func TestNilCapacityMemory(t *testing.T) {
+	var m *CapacityMemory
+	m.ObserveNotice(time.Minute)
+	m.ObserveStart(time.Minute, true)
+	m.Accrue(map[Key]int{{"a", itype, provider.MarketSpot}: 1})
+	m.RecordPreemption(Key{"a", itype, provider.MarketSpot})
+	if m.Timing() != (Timing{}) || m.List() != nil {
+		t.Error("a nil memory remembered something")
+	}
+}
