@@ -123,6 +123,12 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	if c == nil || c.Ledger == nil {
 		return time.Time{}
 	}
+	p.syncLedger(c, spec, insts, now)
+	return p.budgetHold(c, spec, now)
+}
+
+// syncLedger records the pool's instances and their prices in the ledger.
+func (p *Pool) syncLedger(c *Costing, spec *tidev1.TidePoolSpec, insts []provider.Instance, now time.Time) {
 	overrides, err := Overrides(p.name, spec)
 	if err != nil {
 		p.deps.logger.Warn("pricing", "pool", p.name, "err", err)
@@ -159,6 +165,11 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}); err != nil {
 		p.noteCostError(err)
 	}
+}
+
+// budgetHold evaluates the pool's budget when due (every BudgetEvery) and
+// returns until when the pool is held at its minimum.
+func (p *Pool) budgetHold(c *Costing, spec *tidev1.TidePoolSpec, now time.Time) time.Time {
 	b, ok := BudgetFor(spec)
 	if !ok {
 		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "NoBudget", "the pool has no budget")
@@ -190,21 +201,27 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}
 	hold = p.holdUntil
 	p.mu.Unlock()
+	p.noteBudget(b, st, hold, was)
+	return hold
+}
+
+// noteBudget sets the BudgetExceeded condition and metric, and records
+// the event when the budget is first exceeded.
+func (p *Pool) noteBudget(b cost.Budget, st cost.BudgetStatus, hold time.Time, was bool) {
 	p.deps.metrics.budgetExceeded.WithLabelValues(p.name).Set(boolFloat(st.Exceeded))
-	if st.Exceeded {
-		msg := fmt.Sprintf("spent %.2f %s of the %s %s monthly budget", st.Spent.Float(), st.Spent.Currency, b.MonthlyAmount, b.Currency)
-		if !hold.IsZero() {
-			msg += fmt.Sprintf("; holding the pool at its minimum until %s", hold.Format(time.RFC3339))
-		}
-		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionTrue, "Exceeded", msg)
-		if !was {
-			p.deps.recorder.Eventf(events.TypeWarning, "BudgetExceeded", p.name, "", "%s", msg)
-		}
-	} else {
+	if !st.Exceeded {
 		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "WithinBudget",
 			fmt.Sprintf("spent %.2f of %s %s; forecast %.2f", st.Spent.Float(), b.MonthlyAmount, b.Currency, st.Forecast.Float()))
+		return
 	}
-	return hold
+	msg := fmt.Sprintf("spent %.2f %s of the %s %s monthly budget", st.Spent.Float(), st.Spent.Currency, b.MonthlyAmount, b.Currency)
+	if !hold.IsZero() {
+		msg += fmt.Sprintf("; holding the pool at its minimum until %s", hold.Format(time.RFC3339))
+	}
+	p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionTrue, "Exceeded", msg)
+	if !was {
+		p.deps.recorder.Eventf(events.TypeWarning, "BudgetExceeded", p.name, "", "%s", msg)
+	}
 }
 
 func boolFloat(b bool) float64 {
