@@ -58,27 +58,13 @@ const AutoscaleEvery = 5 * time.Second
 func autoscaleConfig(spec *tidev1.TidePoolSpec) autoscale.Config { return autoscale.ForPool(spec) }
 
 // autoscale evaluates the pool's autoscaler when due and returns the size
-// it wants (0: no autoscaling, use the spec).
+// it wants (0: no autoscaling, use the spec) and when to evaluate again.
 func (p *Pool) autoscale(spec *tidev1.TidePoolSpec, current, ready int32, now time.Time) (int32, time.Duration) {
-	if spec.Autoscaling == nil {
-		p.mu.Lock()
-		p.scaler, p.scalerCfg, p.status.Autoscaling = nil, "", nil
-		p.mu.Unlock()
+	a, ok := p.scalerFor(spec)
+	if !ok {
 		return 0, 0
 	}
-	cfg := autoscaleConfig(spec)
-	key, _ := json.Marshal(cfg)
 	p.mu.Lock()
-	if p.scaler == nil || p.scalerCfg != string(key) {
-		a, err := autoscale.New(cfg, p.deps.clock)
-		if err != nil {
-			p.mu.Unlock()
-			p.setCondition("AutoscalingActive", metav1.ConditionFalse, "InvalidConfig", "spec.autoscaling: "+err.Error())
-			return 0, 0
-		}
-		p.scaler, p.scalerCfg, p.scaledAt = a, string(key), time.Time{}
-	}
-	a := p.scaler
 	due := now.Sub(p.scaledAt) >= AutoscaleEvery
 	desired := p.autoDesired
 	p.mu.Unlock()
@@ -93,6 +79,37 @@ func (p *Pool) autoscale(spec *tidev1.TidePoolSpec, current, ready int32, now ti
 		desired = current
 	}
 	d := a.Recommend(autoscale.Input{CurrentReplicas: desired, ReadyReplicas: ready, Metrics: obs})
+	p.noteScale(d, now)
+	return d.DesiredReplicas, AutoscaleEvery
+}
+
+// scalerFor returns the pool's autoscaler, made anew when spec.autoscaling
+// changes; false when the pool has none (or its configuration is invalid).
+func (p *Pool) scalerFor(spec *tidev1.TidePoolSpec) (*autoscale.Autoscaler, bool) {
+	if spec.Autoscaling == nil {
+		p.mu.Lock()
+		p.scaler, p.scalerCfg, p.status.Autoscaling = nil, "", nil
+		p.mu.Unlock()
+		return nil, false
+	}
+	cfg := autoscaleConfig(spec)
+	key, _ := json.Marshal(cfg)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.scaler == nil || p.scalerCfg != string(key) {
+		a, err := autoscale.New(cfg, p.deps.clock)
+		if err != nil {
+			p.setConditionLocked("AutoscalingActive", metav1.ConditionFalse, "InvalidConfig", "spec.autoscaling: "+err.Error())
+			return nil, false
+		}
+		p.scaler, p.scalerCfg, p.scaledAt = a, string(key), time.Time{}
+	}
+	return p.scaler, true
+}
+
+// noteScale keeps the autoscaler's recommendation, its status and
+// condition, and records the event when the size changes.
+func (p *Pool) noteScale(d autoscale.Decision, now time.Time) {
 	p.mu.Lock()
 	prev := p.autoDesired
 	p.autoDesired = d.DesiredReplicas
@@ -105,18 +122,18 @@ func (p *Pool) autoscale(spec *tidev1.TidePoolSpec, current, ready int32, now ti
 	if old := p.status.Autoscaling; old != nil {
 		st.LastScaleTime = old.LastScaleTime
 	}
-	if prev != 0 && prev != d.DesiredReplicas {
+	changed := prev != 0 && prev != d.DesiredReplicas
+	if changed {
 		t := metav1.NewTime(now)
 		st.LastScaleTime = &t
 	}
 	p.status.Autoscaling = st
 	p.mu.Unlock()
 	p.setCondition("AutoscalingActive", metav1.ConditionTrue, string(d.Source), d.Reason)
-	if prev != 0 && prev != d.DesiredReplicas {
+	if changed {
 		p.deps.recorder.Eventf(events.TypeNormal, "Scaled", p.name, "", "autoscaler: %d → %d instances by %s%s: %s",
 			prev, d.DesiredReplicas, d.Source, metricNote(d), d.Reason)
 	}
-	return d.DesiredReplicas, AutoscaleEvery
 }
 
 func metricNote(d autoscale.Decision) string {

@@ -123,6 +123,12 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	if c == nil || c.Ledger == nil {
 		return time.Time{}
 	}
+	p.syncLedger(c, spec, insts, now)
+	return p.budgetHold(c, spec, now)
+}
+
+// syncLedger records the pool's instances and their prices in the ledger.
+func (p *Pool) syncLedger(c *Costing, spec *tidev1.TidePoolSpec, insts []provider.Instance, now time.Time) {
 	overrides, err := Overrides(p.name, spec)
 	if err != nil {
 		p.deps.logger.Warn("pricing", "pool", p.name, "err", err)
@@ -131,10 +137,13 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	if res.Catalog == nil {
 		res.Catalog = market.DefaultCatalog()
 	}
-	if src, ok := p.deps.provider.(provider.OfferingSource); ok && c.Live != nil && p.offeringsDue(now) {
-		if offs, err := src.Offerings(p.ctx(), spec); err == nil {
-			c.Live.Update(p.deps.provider.Name(), spec.Region, offs, now)
-		}
+	// Live prices come from the pool's one cache of offerings (observe
+	// refreshes it), at most once a minute.
+	p.mu.Lock()
+	offs, offsAt := p.offers, p.offersAt
+	p.mu.Unlock()
+	if c.Live != nil && offs != nil && p.offeringsDue(now) {
+		c.Live.Update(p.deps.provider.Name(), spec.Region, offs, offsAt)
 	}
 	infos := make([]cost.InstanceInfo, 0, len(insts))
 	stopped := map[string]bool{}
@@ -156,6 +165,11 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}); err != nil {
 		p.noteCostError(err)
 	}
+}
+
+// budgetHold evaluates the pool's budget when due (every BudgetEvery) and
+// returns until when the pool is held at its minimum.
+func (p *Pool) budgetHold(c *Costing, spec *tidev1.TidePoolSpec, now time.Time) time.Time {
 	b, ok := BudgetFor(spec)
 	if !ok {
 		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "NoBudget", "the pool has no budget")
@@ -187,21 +201,27 @@ func (p *Pool) recordCost(spec *tidev1.TidePoolSpec, insts []provider.Instance, 
 	}
 	hold = p.holdUntil
 	p.mu.Unlock()
+	p.noteBudget(b, st, hold, was)
+	return hold
+}
+
+// noteBudget sets the BudgetExceeded condition and metric, and records
+// the event when the budget is first exceeded.
+func (p *Pool) noteBudget(b cost.Budget, st cost.BudgetStatus, hold time.Time, was bool) {
 	p.deps.metrics.budgetExceeded.WithLabelValues(p.name).Set(boolFloat(st.Exceeded))
-	if st.Exceeded {
-		msg := fmt.Sprintf("spent %.2f %s of the %s %s monthly budget", st.Spent.Float(), st.Spent.Currency, b.MonthlyAmount, b.Currency)
-		if !hold.IsZero() {
-			msg += fmt.Sprintf("; holding the pool at its minimum until %s", hold.Format(time.RFC3339))
-		}
-		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionTrue, "Exceeded", msg)
-		if !was {
-			p.deps.recorder.Eventf(events.TypeWarning, "BudgetExceeded", p.name, "", "%s", msg)
-		}
-	} else {
+	if !st.Exceeded {
 		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "WithinBudget",
 			fmt.Sprintf("spent %.2f of %s %s; forecast %.2f", st.Spent.Float(), b.MonthlyAmount, b.Currency, st.Forecast.Float()))
+		return
 	}
-	return hold
+	msg := fmt.Sprintf("spent %.2f %s of the %s %s monthly budget", st.Spent.Float(), st.Spent.Currency, b.MonthlyAmount, b.Currency)
+	if !hold.IsZero() {
+		msg += fmt.Sprintf("; holding the pool at its minimum until %s", hold.Format(time.RFC3339))
+	}
+	p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionTrue, "Exceeded", msg)
+	if !was {
+		p.deps.recorder.Eventf(events.TypeWarning, "BudgetExceeded", p.name, "", "%s", msg)
+	}
 }
 
 func boolFloat(b bool) float64 {
@@ -211,14 +231,14 @@ func boolFloat(b bool) float64 {
 	return 0
 }
 
-// offeringsDue paces live price look-ups to one a minute per pool.
+// offeringsDue paces live price updates to one a minute per pool.
 func (p *Pool) offeringsDue(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now.Sub(p.offeringsAt) < time.Minute {
+	if now.Sub(p.livePricesAt) < time.Minute {
 		return false
 	}
-	p.offeringsAt = now
+	p.livePricesAt = now
 	return true
 }
 

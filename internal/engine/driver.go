@@ -61,13 +61,11 @@ func (d *Driver) Awaiting() []provider.Instance {
 	p := d.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]provider.Instance, 0, len(p.probing))
-	for id, in := range p.awaiting {
-		if _, ok := p.probing[id]; !ok {
-			delete(p.awaiting, id)
-			continue
+	var out []provider.Instance
+	for _, r := range p.tracked {
+		if r.awaiting != nil && r.probe != nil {
+			out = append(out, *r.awaiting)
 		}
-		out = append(out, in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -78,10 +76,14 @@ func (d *Driver) Awaiting() []provider.Instance {
 func (d *Driver) MarkReady(id string) bool {
 	p := d.p
 	p.mu.Lock()
-	in, ok := p.awaiting[id]
-	_, probing := p.probing[id]
+	r := p.tracked[id]
+	var in provider.Instance
+	ok := r != nil && r.awaiting != nil && r.probe != nil
+	if ok {
+		in = *r.awaiting
+	}
 	p.mu.Unlock()
-	if !ok || !probing {
+	if !ok {
 		return false
 	}
 	p.markReady(in)

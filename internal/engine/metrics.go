@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from launch to the first passed readiness probe.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600}}, []string{"pool"}),
 		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tidegpu_pool_round_duration_seconds",
-			Help: "Duration of one observe-plan-apply round.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"pool"}),
+			Help: "Duration of one observe-decide-apply round.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"pool"}),
 		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidegpu_pool_round_errors_total",
 			Help: "Rounds that ended in an error (retried with backoff)."}, []string{"pool"}),
 		budgetExceeded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidegpu_pool_budget_exceeded",

@@ -5,10 +5,8 @@ import (
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/placement"
 	"github.com/tidegpu/tidegpu/internal/provider"
-	"github.com/tidegpu/tidegpu/internal/registrar"
 )
 
 // StrategyOf returns the pool's placement strategy (Adaptive unless
@@ -56,10 +54,13 @@ func TargetOf(spec *tidev1.TidePoolSpec) float64 {
 
 // timingOf is what the pool plans with: what it measured, else the
 // provider's documented notice and assumed starts.
-func timingOf(spec *tidev1.TidePoolSpec, mem *placement.CapacityMemory) placement.Timing {
+func timingOf(spec *tidev1.TidePoolSpec, mem placement.Memory) placement.Timing {
 	t := placement.DefaultTiming(spec.Provider)
 	if spec.Provider == tidev1.ProviderSim && spec.Sim != nil && spec.Sim.NoticeSeconds != nil {
 		t.Notice = time.Duration(*spec.Sim.NoticeSeconds) * time.Second
+	}
+	if mem == nil {
+		return t
 	}
 	return t.Merge(mem.Timing())
 }
@@ -67,167 +68,153 @@ func timingOf(spec *tidev1.TidePoolSpec, mem *placement.CapacityMemory) placemen
 // offeringsRefresh paces offering look-ups for placement.
 const offeringsRefresh = 15 * time.Second
 
-// place lets the pool's placement policy decide launches (zone, type,
-// market) and retirements, replacing the plan's own. It reports whether a
-// policy decided.
-func (p *Pool) place(spec *tidev1.TidePoolSpec, views []View, plan *Plan, now time.Time) bool {
-	strategy, ok := StrategyOf(spec)
-	if !ok {
-		return false
+// placed is the placement part of a round's decision: the policy the
+// strategy resolved to and what it decided (zero while launches are backed
+// off: nothing is placed or retired then).
+type placed struct {
+	policy  placement.Policy
+	dec     placement.Decision
+	retired map[string]bool
+	decided bool
+}
+
+// place lets the pool's strategy resolve a policy and the policy decide
+// launches (zone, type, market), standby starts and retirements, over the
+// instances as classified so far. It asks to accrue the round's spot
+// exposure into the capacity memory, and plans with it accrued.
+func (d *decision) place() placed {
+	s := d.s
+	insts := placementInstances(s.Instances, d.Terminations)
+	if s.Now.Before(s.LaunchBlockedUntil) {
+		// Launches wait for the backoff, retirements too; look again then.
+		d.requeue(s.LaunchBlockedUntil.Sub(s.Now))
+		return placed{}
 	}
-	src, ok := p.deps.provider.(provider.OfferingSource)
-	if !ok {
-		return false
+	held := heldSpot(insts)
+	d.Memory = append(d.Memory, MemoryUpdate{Held: held, Reason: "spot exposure held this round"})
+	var mem placement.Memory
+	if s.Memory != nil {
+		mem = s.Memory.Accrued(held)
 	}
-	standby := StandbyFor(spec, plan.Desired)
-	if standby > 0 && !p.standbyUsable(spec) {
-		standby = 0
+	standby := 0
+	if s.StandbyUsable {
+		standby = StandbyFor(s.Spec, d.Desired)
 	}
-	p.mu.Lock()
-	if p.capMem == nil {
-		p.capMem = placement.NewCapacityMemory(p.deps.clock, 0)
-		p.capMem.SetLearning(p.deps.learning)
+	strategy, _ := StrategyOf(s.Spec)
+	pl := s.Spec.Placement
+	in := placement.Input{Want: int(d.Desired), Instances: insts, Offerings: s.Offerings, Memory: mem}
+	pol, why := strategy.Resolve(placement.Env{Want: int(d.Desired), OnDemandBase: int(pl.OnDemandBase),
+		Zones: pl.AvailabilityZones, Standby: standby, Target: TargetOf(s.Spec), Timing: timingOf(s.Spec, mem)}, in)
+	d.Strategy, d.Policy = strategy, why
+	dec := pol.Decide(in)
+	retired := map[string]bool{}
+	for _, r := range dec.Retires {
+		retired[r.ID] = true
 	}
-	offers, at := p.offers, p.offersAt
-	p.mu.Unlock()
-	if offers == nil || now.Sub(at) >= offeringsRefresh {
-		if fresh, err := src.Offerings(p.ctx(), spec); err == nil {
-			offers = fresh
-			p.mu.Lock()
-			p.offers, p.offersAt = fresh, now
-			p.mu.Unlock()
-		} else if offers == nil {
-			p.deps.logger.Warn("offerings unavailable: placing on the spec's own offering", "pool", p.name, "err", err)
-			return false
-		}
+	return placed{policy: pol, dec: dec, retired: retired, decided: true}
+}
+
+// placementInstances is the pool as placement sees it. An instance
+// leaving (terminated this round, terminating, noticed, draining) counts
+// for nothing; one draining on its way into standby is standby already (a
+// start recalls it).
+func placementInstances(views []View, leaving []Termination) []placement.Instance {
+	gone := map[string]bool{}
+	for _, t := range leaving {
+		gone[t.ID] = true
 	}
-	leaving := map[string]bool{}
-	for _, t := range plan.Terminations {
-		leaving[t.ID] = true
-	}
-	for _, d := range plan.Drains {
-		leaving[d.ID] = true
-	}
-	p.mu.Lock()
-	toStandby := map[string]bool{}
-	for id := range p.stopAfterDrain {
-		toStandby[id] = true
-	}
-	p.mu.Unlock()
-	insts := make([]placement.Instance, 0, len(views))
+	out := make([]placement.Instance, 0, len(views))
 	for _, v := range views {
 		in := placement.Instance{ID: v.ID, Zone: v.Zone, InstanceType: v.InstanceType, Market: v.Market,
 			Ready: v.Ready, LaunchedAt: v.LaunchedAt, Stopped: v.State == provider.StateStopped || v.State == provider.StateStopping,
-			Leaving: leaving[v.ID] || v.State == provider.StateTerminating || v.InterruptAt != nil || v.DrainDeadline != nil}
-		if toStandby[v.ID] && !in.Stopped && v.State != provider.StateTerminating {
-			// Draining on its way into standby: it is standby already (a
-			// start recalls it).
+			Leaving: gone[v.ID] || v.State == provider.StateTerminating || v.InterruptAt != nil || v.DrainDeadline != nil}
+		if v.StopAfterDrain && !in.Stopped && v.State != provider.StateTerminating {
 			in.Stopped, in.Leaving, in.Ready = true, false, false
 		}
-		insts = append(insts, in)
+		out = append(out, in)
 	}
-	if b := p.blockedUntil(); now.Before(b) {
-		// Launches wait for the backoff, retirements too; look again then.
-		if d := b.Sub(now); plan.Requeue == 0 || d < plan.Requeue {
-			plan.Requeue = d
-		}
-		return true
-	}
+	return out
+}
+
+// heldSpot counts the live spot instances per offering.
+func heldSpot(insts []placement.Instance) map[placement.Key]int {
 	held := map[placement.Key]int{}
 	for _, x := range insts {
 		if !x.Leaving && !x.Stopped && x.Market != provider.MarketOnDemand {
 			held[placement.Key{Zone: x.Zone, InstanceType: x.InstanceType, Market: x.Market}]++
 		}
 	}
-	p.capMem.Accrue(held)
-	pin := placement.Input{Want: int(plan.Desired), Instances: insts, Offerings: offers, Memory: p.capMem}
-	pol, why := strategy.Resolve(placement.Env{Want: int(plan.Desired), OnDemandBase: int(spec.Placement.OnDemandBase),
-		Zones: spec.Placement.AvailabilityZones, Standby: standby, Target: TargetOf(spec), Timing: timingOf(spec, p.capMem)}, pin)
-	p.notePolicy(strategy, why)
-	dec := pol.Decide(pin)
-	for _, l := range dec.Launches {
-		plan.Launches = append(plan.Launches, Launch{Market: l.Market, Zone: l.Zone, InstanceType: l.InstanceType, Reason: l.Reason})
+	return held
+}
+
+// translate turns placement's decision into the round's commands.
+func (d *decision) translate(pl placed) {
+	if !pl.decided {
+		return
 	}
-	byID := map[string]View{}
-	for _, v := range views {
-		byID[v.ID] = v
+	for _, l := range pl.dec.Launches {
+		d.Launches = append(d.Launches, Launch{Market: l.Market, Zone: l.Zone, InstanceType: l.InstanceType, Reason: l.Reason})
 	}
-	for _, st := range dec.Starts {
-		v := byID[st.ID]
-		switch {
-		case v.State == provider.StateStopped:
-			plan.Starts = append(plan.Starts, Start{ID: st.ID, Zone: v.Zone, InstanceType: v.InstanceType, Reason: st.Reason})
-			plan.Phases[st.ID] = tidev1.PhasePending
-		case v.State == provider.StateStopping:
-			// It must be stopped before it can start: look again soon.
-			if plan.Requeue == 0 || time.Second < plan.Requeue {
-				plan.Requeue = time.Second
-			}
-		default:
-			// Still draining on its way into standby: recall it.
-			p.mu.Lock()
-			delete(p.stopAfterDrain, st.ID)
-			delete(p.drains, st.ID)
-			p.mu.Unlock()
-			p.deps.recorder.Eventf(events.TypeNormal, "Recalled", p.name, st.ID, "%s serves again instead of going into standby: %s", st.ID, st.Reason)
-			plan.Requeue = time.Millisecond
-		}
-	}
-	retired := map[string]bool{}
-	for _, r := range dec.Retires {
-		v := byID[r.ID]
-		retired[r.ID] = true
-		if r.Stop && pol.Standby > 0 {
-			if v.Ready && v.Address != "" {
-				p.mu.Lock()
-				p.stopAfterDrain[r.ID] = true
-				p.mu.Unlock()
-				plan.Drains = append(plan.Drains, Drain{ID: r.ID, Deadline: now.Add(DrainTimeout(spec)), Reason: r.Reason + " (then stopped into standby)"})
-				plan.Phases[r.ID] = tidev1.PhaseDraining
-			} else {
-				plan.Stops = append(plan.Stops, Termination{ID: r.ID, Reason: r.Reason})
-				plan.Phases[r.ID] = tidev1.PhaseStandby
-			}
-			continue
-		}
-		if v.Ready && v.Address != "" {
-			plan.Drains = append(plan.Drains, Drain{ID: r.ID, Deadline: now.Add(DrainTimeout(spec)), Reason: r.Reason})
-			plan.Phases[r.ID] = tidev1.PhaseDraining
-		} else {
-			plan.Terminations = append(plan.Terminations, Termination{ID: r.ID, Reason: r.Reason})
-			plan.Phases[r.ID] = tidev1.PhaseTerminating
-		}
-	}
-	if len(plan.Drains) > 0 && (plan.Requeue == 0 || plan.Requeue > drainPoll) {
+	d.startStandby(pl.dec.Starts)
+	d.retire(pl.dec.Retires, pl.policy.Standby > 0)
+	if len(d.Drains) > 0 {
 		// Follow the drains just decided: they end once idle or at their
 		// deadline, which only a round notices.
-		plan.Requeue = drainPoll
+		d.requeue(drainPoll)
 	}
-	if len(retired) > 0 {
-		kept := plan.Targets[:0]
-		for _, t := range plan.Targets {
-			if !retired[t.ID] {
-				kept = append(kept, t)
-			}
+}
+
+// startStandby starts the stopped standby instances placement chose,
+// waits for those still stopping, and recalls those still draining on
+// their way into standby.
+func (d *decision) startStandby(starts []placement.Start) {
+	for _, st := range starts {
+		v := d.byID(st.ID)
+		switch v.State {
+		case provider.StateStopped:
+			d.Starts = append(d.Starts, Start{ID: st.ID, Zone: v.Zone, InstanceType: v.InstanceType, Reason: st.Reason})
+			d.Phases[st.ID] = tidev1.PhasePending
+		case provider.StateStopping:
+			// It must be stopped before it can start: look again soon.
+			d.requeue(time.Second)
+		default:
+			d.Recalls = append(d.Recalls, Recall{ID: st.ID, Reason: st.Reason})
+			// Look again at once: it serves again.
+			d.Requeue = time.Millisecond
 		}
-		plan.Targets = append([]registrar.Target(nil), kept...)
-	}
-	return true
-}
-
-// notePolicy records what the strategy resolved to when it changes.
-func (p *Pool) notePolicy(s placement.Strategy, why string) {
-	p.mu.Lock()
-	same := p.policyWhy == why
-	p.policyWhy = why
-	p.mu.Unlock()
-	if !same {
-		p.deps.recorder.Eventf(events.TypeNormal, "Placement", p.name, "", "%s: %s", s, why)
 	}
 }
 
-func (p *Pool) blockedUntil() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.blocked
+// retire takes out the instances placement retires: a ready one drains
+// (then is stopped into standby when placement says so and the pool keeps
+// one), one not ready is stopped or terminated at once.
+func (d *decision) retire(retires []placement.Retire, standby bool) {
+	for _, r := range retires {
+		v := d.byID(r.ID)
+		serves := v.Ready && v.Address != ""
+		dl := d.s.Now.Add(DrainTimeout(d.s.Spec))
+		switch {
+		case r.Stop && standby && serves:
+			d.Drains = append(d.Drains, Drain{ID: r.ID, Deadline: dl, Reason: r.Reason + " (then stopped into standby)", IntoStandby: true})
+			d.Phases[r.ID] = tidev1.PhaseDraining
+		case r.Stop && standby:
+			d.Stops = append(d.Stops, Termination{ID: r.ID, Reason: r.Reason})
+			d.Phases[r.ID] = tidev1.PhaseStandby
+		case serves:
+			d.Drains = append(d.Drains, Drain{ID: r.ID, Deadline: dl, Reason: r.Reason})
+			d.Phases[r.ID] = tidev1.PhaseDraining
+		default:
+			d.terminate(r.ID, r.Reason)
+		}
+	}
+}
+
+// byID returns the snapshot's view of id (zero if unknown).
+func (d *decision) byID(id string) View {
+	for _, v := range d.s.Instances {
+		if v.ID == id {
+			return v
+		}
+	}
+	return View{}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/events"
@@ -43,54 +42,48 @@ func (p *Pool) stop(ctx context.Context, st Termination) error {
 	return nil
 }
 
-// start starts standby instances, concurrently, and returns those started.
+// start starts standby instances, concurrently unless deps.serial, and
+// returns those started; a start refused for capacity skips the offering
+// for a while, so that the next round launches elsewhere instead.
 func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
 	if len(ss) == 0 {
 		return nil
 	}
-	d := p.deps
-	s, ok := provider.AsStopper(d.provider)
+	s, ok := provider.AsStopper(p.deps.provider)
 	if !ok {
 		return nil
 	}
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		out []provider.Instance
-	)
-	for _, st := range ss {
-		one := func(st Start) {
-			in, err := s.Start(ctx, st.ID)
-			p.mu.Lock()
-			mem := p.capMem
-			p.mu.Unlock()
-			if mem != nil && st.Zone != "" {
-				// A start refused for capacity skips the offering for a
-				// while: the next round launches elsewhere instead.
-				mem.Observe(placement.Key{Zone: st.Zone, InstanceType: st.InstanceType, Market: provider.MarketOnDemand}, err)
-			}
-			if err != nil {
-				d.recorder.Eventf(events.TypeWarning, "StartFailed", p.name, st.ID, "starting standby %s failed: %v", st.ID, err)
-				return
-			}
-			d.metrics.launches.WithLabelValues(p.name, string(in.Market)).Inc()
-			d.recorder.Eventf(events.TypeNormal, "Started", p.name, in.ID, "started standby %s at %s: %s", in.ID, orDash(in.Address), st.Reason)
-			p.mu.Lock()
-			p.startedAt[in.ID] = d.clock.Now()
-			p.mu.Unlock()
-			mu.Lock()
-			out = append(out, in)
-			mu.Unlock()
+	outs := make([]*provider.Instance, len(ss))
+	p.each(len(ss), func(i int) { outs[i] = p.startOne(ctx, s, ss[i]) })
+	var started []provider.Instance
+	for _, in := range outs {
+		if in != nil {
+			started = append(started, *in)
 		}
-		if d.serial {
-			one(st)
-			continue
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); one(st) }()
 	}
-	wg.Wait()
-	return out
+	return started
+}
+
+// startOne starts one standby instance; nil if it did not start.
+func (p *Pool) startOne(ctx context.Context, s provider.Stopper, st Start) *provider.Instance {
+	d := p.deps
+	in, err := s.Start(ctx, st.ID)
+	p.mu.Lock()
+	mem := p.capMem
+	p.mu.Unlock()
+	if mem != nil && st.Zone != "" {
+		mem.Observe(placement.Key{Zone: st.Zone, InstanceType: st.InstanceType, Market: provider.MarketOnDemand}, err)
+	}
+	if err != nil {
+		d.recorder.Eventf(events.TypeWarning, "StartFailed", p.name, st.ID, "starting standby %s failed: %v", st.ID, err)
+		return nil
+	}
+	d.metrics.launches.WithLabelValues(p.name, string(in.Market)).Inc()
+	d.recorder.Eventf(events.TypeNormal, "Started", p.name, in.ID, "started standby %s at %s: %s", in.ID, orDash(in.Address), st.Reason)
+	p.mu.Lock()
+	p.rec(in.ID).startedAt = d.clock.Now()
+	p.mu.Unlock()
+	return &in
 }
 
 // standbyUsable says whether the pool's provider can keep a warm standby;

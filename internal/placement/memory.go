@@ -51,6 +51,27 @@ type Blocked struct {
 	Why string `json:"why"`
 }
 
+// Memory is what a placement decision reads of a CapacityMemory, read
+// only: a *CapacityMemory (nil remembers nothing) or one of its Accrued
+// views.
+type Memory interface {
+	// Blocked reports whether k may take no launch now.
+	Blocked(k Key) (Blocked, bool)
+	// Preempted reports whether k lost an instance to a preemption
+	// recently.
+	Preempted(k Key) bool
+	// LossRates is the learnt rate per hour held of loss episodes by
+	// size (CapacityMemory.LossRates).
+	LossRates(max, priorSize int) []float64
+	// Timing is what was measured of notices and starts.
+	Timing() Timing
+}
+
+var (
+	_ Memory = (*CapacityMemory)(nil)
+	_ Memory = accrued{}
+)
+
 // CapacityMemory remembers offerings that lacked capacity recently:
 // refused launches and preemptions make an offering unusable for the TTL,
 // and a preemption also puts it after the offerings that had none for the
@@ -335,18 +356,50 @@ func (m *CapacityMemory) Accrue(held map[Key]int) {
 	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	gap := 0.0
-	if !m.accruedAt.IsZero() && now.After(m.accruedAt) {
-		gap = min(now.Sub(m.accruedAt), time.Hour).Hours()
-	}
+	gap := m.pendingLocked(now, held)
 	m.accruedAt = now
-	for _, n := range held {
-		if n > 0 {
-			m.losses.decay(now, m.halfLife())
-			m.losses.hours += gap
-			break
-		}
+	if gap > 0 {
+		m.losses.decay(now, m.halfLife())
+		m.losses.hours += gap
 	}
+}
+
+// pendingLocked is the exposure, in hours, that Accrue(held) adds now;
+// m.mu is held.
+func (m *CapacityMemory) pendingLocked(now time.Time, held map[Key]int) float64 {
+	any := false
+	for _, n := range held {
+		any = any || n > 0
+	}
+	if !any || m.accruedAt.IsZero() || !now.After(m.accruedAt) {
+		return 0
+	}
+	return min(now.Sub(m.accruedAt), time.Hour).Hours()
+}
+
+// Accrued returns a read-only view of m as it will read once Accrue(held)
+// is called now, leaving m as it is: a pure decision plans with the
+// round's exposure and hands the Accrue back as a command.
+func (m *CapacityMemory) Accrued(held map[Key]int) Memory {
+	if m == nil {
+		return m
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return accrued{m: m, extra: m.pendingLocked(m.clock.Now(), held)}
+}
+
+// accrued is a CapacityMemory with exposure not yet accrued (Accrued).
+type accrued struct {
+	m     *CapacityMemory
+	extra float64 // hours
+}
+
+func (a accrued) Blocked(k Key) (Blocked, bool) { return a.m.Blocked(k) }
+func (a accrued) Preempted(k Key) bool          { return a.m.Preempted(k) }
+func (a accrued) Timing() Timing                { return a.m.Timing() }
+func (a accrued) LossRates(max, priorSize int) []float64 {
+	return a.m.lossRates(max, priorSize, a.extra)
 }
 
 func (m *CapacityMemory) halfLife() time.Duration {
@@ -369,7 +422,12 @@ const timingWeight = 0.3
 
 // ObserveNotice records the notice of one reclaim (its deadline minus
 // when it was seen).
-func (m *CapacityMemory) ObserveNotice(d time.Duration) { m.observe(&m.timing.Notice, d) }
+func (m *CapacityMemory) ObserveNotice(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.observe(&m.timing.Notice, d)
+}
 
 // ObserveStart records how long one instance took to be ready, from its
 // launch (warm false) or its start out of standby (warm true).
@@ -457,6 +515,11 @@ func (m *CapacityMemory) countLoss(now time.Time) {
 // worth a quarter of an observed one: a pool expects to lose all its spot
 // at once until it has seen otherwise.
 func (m *CapacityMemory) LossRates(max, priorSize int) []float64 {
+	return m.lossRates(max, priorSize, 0)
+}
+
+// lossRates is LossRates with extra hours held added.
+func (m *CapacityMemory) lossRates(max, priorSize int, extra float64) []float64 {
 	out := make([]float64, max+1)
 	if max <= 0 {
 		return out
@@ -474,7 +537,7 @@ func (m *CapacityMemory) LossRates(max, priorSize int) []float64 {
 		for s, c := range m.losses.sizes {
 			sizes[s] = c * f
 		}
-		hours = m.losses.hours * f
+		hours = m.losses.hours*f + extra
 		m.mu.Unlock()
 	}
 	keys := make([]int, 0, len(sizes))

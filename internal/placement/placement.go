@@ -174,7 +174,15 @@ type Input struct {
 	// availability).
 	Offerings []provider.Offering
 	// Memory holds the offerings to skip; nil skips none.
-	Memory *CapacityMemory
+	Memory Memory
+}
+
+// memory is in.Memory, or a memory that remembers nothing.
+func (in Input) memory() Memory {
+	if in.Memory == nil {
+		return (*CapacityMemory)(nil)
+	}
+	return in.Memory
 }
 
 // Launch asks for one instance on one offering.
@@ -273,11 +281,11 @@ func (p Policy) Decide(in Input) Decision {
 	c := count(in.Instances)
 	d := Decision{SpotTarget: spotTarget}
 
-	spotOffers, odOffers, notes := p.usable(in.Offerings, in.Memory)
+	spotOffers, odOffers, notes := p.usable(in.Offerings, in.memory())
 	d.Notes = append(d.Notes, notes...)
 	preempted := map[Key]bool{}
 	for _, o := range spotOffers {
-		if in.Memory.Preempted(KeyOf(o)) {
+		if in.memory().Preempted(KeyOf(o)) {
 			preempted[KeyOf(o)] = true
 		}
 	}
@@ -327,7 +335,7 @@ func (p Policy) Decide(in Input) Decision {
 	if p.CoverPreemptedOnly {
 		atRisk = map[string]bool{}
 		for _, x := range in.Instances {
-			if !x.Leaving && x.Market != provider.MarketOnDemand && in.Memory.Preempted(Key{x.Zone, x.InstanceType, x.Market}) {
+			if !x.Leaving && x.Market != provider.MarketOnDemand && in.memory().Preempted(Key{x.Zone, x.InstanceType, x.Market}) {
 				atRisk[domain(x.Zone)] = true
 			}
 		}
@@ -506,7 +514,7 @@ func (p Policy) standby(in Input, d *Decision) (startable, idle []Instance) {
 			continue
 		}
 		k := Key{x.Zone, x.InstanceType, x.Market}
-		switch b, blocked := in.Memory.Blocked(k); {
+		switch b, blocked := in.memory().Blocked(k); {
 		case p.Standby == 0:
 			idle = append(idle, x)
 		case len(p.Zones) > 0 && !slices.Contains(p.Zones, x.Zone):
@@ -563,7 +571,7 @@ func pickStandby(xs *[]Instance, byZone map[string]int, prices map[Key]float64) 
 
 // usable splits the offerings that may take a launch by market, sorted for
 // determinism, and notes what was skipped.
-func (p Policy) usable(offers []provider.Offering, mem *CapacityMemory) (spot, od []provider.Offering, notes []string) {
+func (p Policy) usable(offers []provider.Offering, mem Memory) (spot, od []provider.Offering, notes []string) {
 	for _, o := range offers {
 		if len(p.Zones) > 0 && !slices.Contains(p.Zones, o.Zone) {
 			continue

@@ -681,3 +681,52 @@ func TestRegionOf(t *testing.T) {
 		}
 	}
 }
+
+// Accrued reads as the memory will once the exposure is accrued, and
+// leaves the memory as it was.
+func TestAccrued(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	a := Key{"a", itype, provider.MarketSpot}
+	b := Key{"b", itype, provider.MarketSpot}
+	build := func() *CapacityMemory {
+		m := NewCapacityMemory(clk, 0)
+		clk.SetTime(t0)
+		m.Accrue(map[Key]int{a: 1})
+		clk.Step(3 * time.Hour)
+		m.RecordPreemption(a)
+		return m
+	}
+	m, applied := build(), build()
+	before := m.LossRates(3, 1)
+	view := m.Accrued(map[Key]int{a: 2, b: 1})
+	applied.Accrue(map[Key]int{a: 2, b: 1})
+	if got, want := view.LossRates(3, 1), applied.LossRates(3, 1); !slices.Equal(got, want) {
+		t.Errorf("Accrued view: loss rates %v, want %v as after Accrue", got, want)
+	}
+	if got := m.LossRates(3, 1); !slices.Equal(got, before) {
+		t.Errorf("Accrued changed the memory: loss rates %v, were %v", got, before)
+	}
+	if slices.Equal(view.LossRates(3, 1), before) {
+		t.Error("the view does not count the exposure")
+	}
+	if !view.Preempted(a) || view.Preempted(b) {
+		t.Error("the view does not read the memory's preemptions")
+	}
+	var none *CapacityMemory
+	if !slices.Equal(none.Accrued(map[Key]int{a: 1}).LossRates(3, 1), none.LossRates(3, 1)) {
+		t.Error("a nil memory's view reads otherwise than the nil memory")
+	}
+}
+
+// A nil memory remembers nothing and does not panic: an unplaced pool has
+// none and still sees reclaim notices and starts.
+func TestNilCapacityMemory(t *testing.T) {
+	var m *CapacityMemory
+	m.ObserveNotice(time.Minute)
+	m.ObserveStart(time.Minute, true)
+	m.Accrue(map[Key]int{{"a", itype, provider.MarketSpot}: 1})
+	m.RecordPreemption(Key{"a", itype, provider.MarketSpot})
+	if m.Timing() != (Timing{}) || m.List() != nil {
+		t.Error("a nil memory remembered something")
+	}
+}

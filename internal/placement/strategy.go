@@ -114,7 +114,7 @@ func adaptive(pol Policy, env Env, in Input, spot int) (Policy, string) {
 		}
 		return max(0, start-env.Timing.Notice).Hours()
 	}
-	spotOffers, _, _ := pol.usable(in.Offerings, in.Memory)
+	spotOffers, _, _ := pol.usable(in.Offerings, in.memory())
 	zones := map[string]bool{}
 	for _, o := range spotOffers {
 		zones[o.Zone] = true
@@ -132,7 +132,7 @@ func adaptive(pol Policy, env Env, in Input, spot int) (Policy, string) {
 		fullest = (spot + max(1, len(zones)) - 1) / max(1, len(zones))
 	}
 	maxLoss := 2 * spot
-	rates := in.Memory.LossRates(maxLoss, fullest)
+	rates := in.memory().LossRates(maxLoss, fullest)
 	risk := func(c int) float64 {
 		r := 0.0
 		for m := c + 1; m <= maxLoss; m++ {

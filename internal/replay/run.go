@@ -96,6 +96,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	res := Result{Strategy: strategyOf(spec)}
 	m := newMeter(&res, opts, epoch.Add(opts.Warmup))
 	end := epoch.Add(dur)
+	// deliver hands the pool every event the simulator emitted so far, in
+	// order (Options.PullEvents: no pump goroutine, so no scheduler in
+	// what a round sees).
 	deliver := func() {
 		for _, ev := range sim.TakeEvents() {
 			drv.Event(ev)

@@ -29,7 +29,7 @@ func spec(min, max int32, replicas *int32) *tidev1.TidePoolSpec {
 
 func i32(v int32) *int32 { return &v }
 
-func targetIDs(p Plan) []string {
+func targetIDs(p Decision) []string {
 	var out []string
 	for _, t := range p.Targets {
 		out = append(out, t.ID)
@@ -37,7 +37,7 @@ func targetIDs(p Plan) []string {
 	return out
 }
 
-func termIDs(p Plan) []string {
+func termIDs(p Decision) []string {
 	var out []string
 	for _, t := range p.Terminations {
 		out = append(out, t.ID)
@@ -46,7 +46,7 @@ func termIDs(p Plan) []string {
 	return out
 }
 
-func drainIDs(p Plan) []string {
+func drainIDs(p Decision) []string {
 	var out []string
 	for _, d := range p.Drains {
 		out = append(out, d.ID)
@@ -54,10 +54,12 @@ func drainIDs(p Plan) []string {
 	return out
 }
 
-func TestCompute(t *testing.T) {
+// TestDecide ports the unplaced cases: the pool launches on the spec's
+// own offering and scales down by itself.
+func TestDecide(t *testing.T) {
 	cases := []struct {
 		name         string
-		in           Input
+		in           Snapshot
 		launches     int
 		targets      []string
 		terminations []string
@@ -68,19 +70,19 @@ func TestCompute(t *testing.T) {
 	}{
 		{
 			name:     "empty pool launches the wanted number",
-			in:       Input{Spec: spec(2, 2, nil)},
+			in:       Snapshot{Spec: spec(2, 2, nil)},
 			launches: 2,
 		},
 		{
 			name: "a stopped standby neither serves, counts, nor times out",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true),
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true),
 				stopped(inst("s", 48*time.Hour, false)), func() View { v := stopped(inst("t", time.Hour, true)); v.State = provider.StateStopping; return v }()}},
 			targets: []string{"a", "b"}, ready: 2,
 			phases: map[string]string{"a": tidev1.PhaseReady, "b": tidev1.PhaseReady, "s": tidev1.PhaseStandby, "t": tidev1.PhaseStandby},
 		},
 		{
 			name: "a standby started just now is not timed out by its old launch time",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true),
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true),
 				func() View { v := inst("s", 48*time.Hour, false); v.StartedAt = t0.Add(-10 * time.Second); return v }()}},
 			targets: []string{"a"}, ready: 1,
 			phases:     map[string]string{"a": tidev1.PhaseReady, "s": tidev1.PhaseStarting},
@@ -88,7 +90,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "a started standby that never became ready is replaced after the start timeout",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true),
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{inst("a", time.Minute, true),
 				func() View {
 					v := inst("s", 48*time.Hour, false)
 					v.StartedAt = t0.Add(-2 * DefaultLocalStartTimeout)
@@ -99,25 +101,25 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name:    "steady pool does nothing",
-			in:      Input{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true)}},
+			in:      Snapshot{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true), inst("b", time.Minute, true)}},
 			targets: []string{"a", "b"}, ready: 2,
 			phases: map[string]string{"a": tidev1.PhaseReady, "b": tidev1.PhaseReady},
 		},
 		{
 			name:     "a vanished instance is replaced and only the live one is a target",
-			in:       Input{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true)}},
+			in:       Snapshot{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true)}},
 			launches: 1, targets: []string{"a"}, ready: 1,
 		},
 		{
 			name:     "a starting instance counts as running but is not a target",
-			in:       Input{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true), inst("b", time.Second, false)}},
+			in:       Snapshot{Spec: spec(2, 2, nil), Instances: []View{inst("a", time.Minute, true), inst("b", time.Second, false)}},
 			launches: 0, targets: []string{"a"}, ready: 1,
 			phases:     map[string]string{"a": tidev1.PhaseReady, "b": tidev1.PhaseStarting},
 			maxRequeue: DefaultLocalStartTimeout,
 		},
 		{
 			name: "a pending instance shows Pending",
-			in: Input{Spec: spec(1, 1, nil), Instances: []View{with(inst("a", 0, false), func(v *View) {
+			in: Snapshot{Spec: spec(1, 1, nil), Instances: []View{with(inst("a", 0, false), func(v *View) {
 				v.State = provider.StatePending
 				v.Address = ""
 			})}},
@@ -126,7 +128,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "a reclaim notice launches the replacement at once; the noticed instance serves until it is ready",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 3 }),
 				inst("b", time.Minute, true)}},
 			launches: 1, targets: []string{"b", "a"}, ready: 1,
@@ -135,7 +137,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "once the replacement is ready the noticed instance leaves the targets and drains",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 3 }),
 				inst("b", time.Minute, true), inst("c", time.Second, true)}},
 			targets: []string{"b", "c"}, ready: 2,
@@ -144,101 +146,89 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "an idle reclaimed instance is terminated without waiting for the deadline once replaced",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 0 }),
 				inst("b", time.Minute, true), inst("c", time.Second, true)}},
 			targets: []string{"b", "c"}, ready: 2, terminations: []string{"a"},
 		},
 		{
 			name: "with unknown in-flight a replaced reclaimed instance waits for its deadline",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second) }),
 				inst("b", time.Minute, true), inst("c", time.Second, true)}},
 			targets: []string{"b", "c"}, ready: 2, maxRequeue: 10 * time.Second,
 		},
 		{
 			name: "a scale-down drain does not serve while other instances are ready",
-			in: Input{Spec: spec(1, 3, i32(2)), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 3, i32(2)), Now: t0, Instances: []View{
 				inst("a", time.Hour, true),
 				with(inst("b", time.Minute, true), func(v *View) { v.DrainDeadline = at(20 * time.Second); v.InFlight = 2 })}},
 			launches: 1, targets: []string{"a"}, ready: 1, maxRequeue: drainPoll,
 		},
 		{
 			name: "the last ready instance keeps serving while it drains and nothing else is ready",
-			in: Input{Spec: spec(1, 1, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 1, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(10 * time.Second); v.InFlight = 0 })}},
 			launches: 1, targets: []string{"a"}, ready: 0, maxRequeue: 10 * time.Second,
 		},
 		{
 			name: "past the reclaim deadline the instance is terminated",
-			in: Input{Spec: spec(1, 1, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 1, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Minute, true), func(v *View) { v.InterruptAt = at(-time.Second); v.InFlight = 2 })}},
 			launches: 1, terminations: []string{"a"},
 		},
 		{
 			name:     "an instance not ready after the start timeout is replaced",
-			in:       Input{Spec: spec(1, 1, nil), Now: t0, Instances: []View{inst("a", DefaultLocalStartTimeout, false)}},
+			in:       Snapshot{Spec: spec(1, 1, nil), Now: t0, Instances: []View{inst("a", DefaultLocalStartTimeout, false)}},
 			launches: 1, terminations: []string{"a"},
 		},
 		{
 			name: "scale down drains the youngest ready instance",
-			in: Input{Spec: spec(1, 3, i32(2)), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 3, i32(2)), Now: t0, Instances: []View{
 				inst("old", time.Hour, true), inst("mid", time.Minute, true), inst("young", time.Second, true)}},
 			drains: []string{"young"}, targets: []string{"mid", "old"}, ready: 2, maxRequeue: DefaultDrain,
 			phases: map[string]string{"young": tidev1.PhaseDraining, "mid": tidev1.PhaseReady, "old": tidev1.PhaseReady},
 		},
 		{
 			name: "scale down drains on-demand before spot",
-			in: Input{Spec: spec(1, 3, i32(1)), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 3, i32(1)), Now: t0, Instances: []View{
 				with(inst("od", time.Hour, true), func(v *View) { v.Market = provider.MarketOnDemand }),
 				inst("spot", time.Second, true)}},
 			drains: []string{"od"}, targets: []string{"spot"}, ready: 1, maxRequeue: DefaultDrain,
 		},
 		{
 			name: "scale down terminates a not-ready instance before draining a ready one",
-			in: Input{Spec: spec(1, 3, i32(1)), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 3, i32(1)), Now: t0, Instances: []View{
 				inst("ready", time.Hour, true), inst("starting", time.Second, false)}},
 			terminations: []string{"starting"}, targets: []string{"ready"}, ready: 1,
 		},
 		{
 			name: "a scale-down drain ends when the instance is idle",
-			in: Input{Spec: spec(1, 3, i32(1)), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 3, i32(1)), Now: t0, Instances: []View{
 				inst("a", time.Hour, true),
 				with(inst("b", time.Minute, true), func(v *View) { v.DrainDeadline = at(20 * time.Second); v.InFlight = 0 })}},
 			terminations: []string{"b"}, targets: []string{"a"}, ready: 1,
 		},
 		{
 			name: "launches wait while blocked by backoff",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, LaunchBlockedUntil: t0.Add(4 * time.Second),
+			in: Snapshot{Spec: spec(2, 2, nil), Now: t0, LaunchBlockedUntil: t0.Add(4 * time.Second),
 				Instances: []View{inst("a", time.Hour, true)}},
 			targets: []string{"a"}, ready: 1, maxRequeue: 4 * time.Second,
 		},
 		{
 			name: "a terminating instance does not count",
-			in: Input{Spec: spec(1, 1, nil), Now: t0, Instances: []View{
+			in: Snapshot{Spec: spec(1, 1, nil), Now: t0, Instances: []View{
 				with(inst("a", time.Hour, true), func(v *View) { v.State = provider.StateTerminating })}},
 			launches: 1, phases: map[string]string{"a": tidev1.PhaseTerminating},
 		},
 		{
 			name:     "replicas between the watermarks is honoured",
-			in:       Input{Spec: spec(1, 5, i32(3)), Now: t0},
+			in:       Snapshot{Spec: spec(1, 5, i32(3)), Now: t0},
 			launches: 3,
 		},
 		{
-			name: "with an external placement policy the plan neither launches nor scales down",
-			in: Input{Spec: spec(1, 3, i32(1)), Now: t0, ExternalPlacement: true, Instances: []View{
-				inst("a", time.Hour, true), inst("b", time.Minute, true)}},
-			targets: []string{"a", "b"}, ready: 2,
-		},
-		{
-			name: "with an external placement policy dead instances are still terminated",
-			in: Input{Spec: spec(2, 2, nil), Now: t0, ExternalPlacement: true, Instances: []View{
-				inst("a", DefaultLocalStartTimeout, false)}},
-			terminations: []string{"a"},
-		},
-		{
 			name: "minimum zero and nothing running does nothing",
-			in:   Input{Spec: spec(0, 2, nil), Now: t0},
+			in:   Snapshot{Spec: spec(0, 2, nil), Now: t0},
 		},
 	}
 	for _, tc := range cases {
@@ -246,7 +236,7 @@ func TestCompute(t *testing.T) {
 			if tc.in.Now.IsZero() {
 				tc.in.Now = t0
 			}
-			p := Compute(tc.in)
+			p := Decide(tc.in)
 			if len(p.Launches) != tc.launches {
 				t.Errorf("launches = %d, want %d", len(p.Launches), tc.launches)
 			}
