@@ -394,12 +394,17 @@ func (d *decision) launchMissing(serving int) {
 }
 
 // settle finishes the decision: a drained instance on its way into
-// standby is stopped, not terminated; the targets carry their weights and
+// standby is stopped, not terminated, and one recalled this round is
+// neither (it serves again); the targets carry their weights and
 // models; the outside requeue counts; the launches name whom they replace;
 // running instances not ready are probed.
 func (d *decision) settle() {
 	var terms []Termination
 	for _, t := range d.Terminations {
+		if d.recalled(t.ID) {
+			d.Phases[t.ID] = tidev1.PhaseDraining
+			continue
+		}
 		if d.intoStandby(t.ID) {
 			d.Stops = append(d.Stops, Termination{ID: t.ID, Reason: "drained into standby"})
 			d.Phases[t.ID] = tidev1.PhaseStandby
@@ -427,13 +432,21 @@ func (d *decision) settle() {
 	}
 }
 
+// recalled says whether this round recalls id into service.
+func (d *decision) recalled(id string) bool {
+	for _, r := range d.Recalls {
+		if r.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // intoStandby says whether id, once drained, goes into standby: it was on
 // its way there and is not recalled, or this round retires it there.
 func (d *decision) intoStandby(id string) bool {
-	for _, r := range d.Recalls {
-		if r.ID == id {
-			return false
-		}
+	if d.recalled(id) {
+		return false
 	}
 	for _, dr := range d.Drains {
 		if dr.ID == id && dr.IntoStandby {

@@ -123,6 +123,22 @@ func TestDecidePlaced(t *testing.T) {
 			},
 		},
 		{
+			// Drained just as it is wanted again: recalled, neither
+			// stopped nor terminated.
+			name: "an instance recalled as its drain into standby ends serves on",
+			in: placedSnapshot(placedSpec(2, "LowestPrice", &one), false, mem, pinst("s1", provider.MarketSpot, true),
+				draining(pinst("r", provider.MarketOnDemand, true), true, 0)),
+			recalls:  []string{"r"},
+			launches: []launchKey{{provider.MarketOnDemand, "a"}}, // the standby refill
+			targets:  []string{"s1"},
+			phases:   map[string]string{"r": tidev1.PhaseDraining},
+			check: func(t *testing.T, d Decision) {
+				if len(d.Terminations)+len(d.Stops) > 0 {
+					t.Errorf("the recalled instance is taken out: terminations %+v, stops %+v", d.Terminations, d.Stops)
+				}
+			},
+		},
+		{
 			name: "ready spot retires the fallback into standby: it drains, then stops",
 			in: placedSnapshot(placedSpec(1, "LowestPrice", &one), true, mem,
 				pinst("od", provider.MarketOnDemand, true), pinst("s1", provider.MarketSpot, true)),
