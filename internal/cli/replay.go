@@ -320,7 +320,7 @@ func (p *progressLine) update(done, total time.Duration) {
 	}
 	p.last = t
 	pct := 100 * float64(min(max(done, 0), total)) / float64(total)
-	s := fmt.Sprintf("%s: %5.1f%% of %s of trace time", p.label, pct, formatDuration(total))
+	s := fmt.Sprintf("%s: %5.1f%% of %s of trace time", p.label, pct, replay.FormatDuration(total))
 	pad := max(p.width-len(s), 0)
 	fmt.Fprint(p.w, "\r"+s+strings.Repeat(" ", pad))
 	p.width = len(s)
@@ -452,18 +452,18 @@ func writeReplayTable(w io.Writer, in replayInputs, res replay.Result, view char
 	part := "the whole trace"
 	switch {
 	case in.From > 0:
-		part = "from " + formatDuration(in.From) + " into the " + formatDuration(whole) + " trace"
+		part = "from " + replay.FormatDuration(in.From) + " into the " + replay.FormatDuration(whole) + " trace"
 	case in.Duration < whole:
-		part = "the start of the " + formatDuration(whole) + " trace"
+		part = "the start of the " + replay.FormatDuration(whole) + " trace"
 	}
-	row("replayed", formatDuration(in.Duration), fmt.Sprintf("%s (%d steps of %s)", part, in.Steps, formatDuration(in.Gap)))
-	notice := formatDuration(in.Notice)
+	row("replayed", replay.FormatDuration(in.Duration), fmt.Sprintf("%s (%d steps of %s)", part, in.Steps, replay.FormatDuration(in.Gap)))
+	notice := replay.FormatDuration(in.Notice)
 	if in.Notice == 0 {
 		notice = "none"
 	}
 	row("notice", notice, "before a spot instance is reclaimed")
-	row("cold start", formatDuration(in.ColdStart), "launch to ready")
-	row("warm start", formatDuration(in.WarmStart), "standby start to ready")
+	row("cold start", replay.FormatDuration(in.ColdStart), "launch to ready")
+	row("warm start", replay.FormatDuration(in.WarmStart), "standby start to ready")
 	if in.Prices != "" {
 		row("prices", in.Prices, fmt.Sprintf("%d zones; the others from the catalog", in.PricedZones))
 	} else {
@@ -473,12 +473,12 @@ func writeReplayTable(w io.Writer, in replayInputs, res replay.Result, view char
 	fmt.Fprintln(w)
 
 	row("strategy", dash(res.Strategy), "")
-	row("scored time", formatDuration(res.Scored), "after a "+formatDuration(replay.DefaultWarmup)+" warm-up")
+	row("scored time", replay.FormatDuration(res.Scored), "after a "+replay.FormatDuration(replay.DefaultWarmup)+" warm-up")
 	row("availability", percent(res.Availability), "ready >= wanted, as the engine serves (an instance under notice serves until it is gone)")
 	row("availability, drained", percent(res.AvailabilityDrained), "instances under notice drained at the notice")
 	longest := ""
 	if res.Dips > 0 {
-		longest = "longest " + formatDuration(res.LongestDip)
+		longest = "longest " + replay.FormatDuration(res.LongestDip)
 	}
 	row("dips", strconv.Itoa(res.Dips), longest)
 	row("cost", money(res.Cost), "")
@@ -537,29 +537,3 @@ func capacityNote(in replayInputs) string {
 func percent(f float64) string { return fmt.Sprintf("%.3f %%", 100*f) }
 func money(f float64) string   { return fmt.Sprintf("%.2f %s", f, spotsim.Currency) }
 func hours(f float64) string   { return fmt.Sprintf("%.1f", f) }
-
-// formatDuration writes d in whole units, largest first: 69d23h30m, 2m,
-// 1m30s, 0s.
-func formatDuration(d time.Duration) string {
-	if d < 0 {
-		return "-" + formatDuration(-d)
-	}
-	if d < time.Second {
-		if d == 0 {
-			return "0s"
-		}
-		return d.String()
-	}
-	d = d.Round(time.Second)
-	var b strings.Builder
-	for _, u := range []struct {
-		d time.Duration
-		s string
-	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
-		if n := d / u.d; n > 0 {
-			fmt.Fprintf(&b, "%d%s", n, u.s)
-			d -= n * u.d
-		}
-	}
-	return b.String()
-}

@@ -483,8 +483,8 @@ func TestFormatDuration(t *testing.T) {
 		0: "0s", 500 * time.Millisecond: "500ms", 90 * time.Second: "1m30s", 2 * time.Minute: "2m",
 		1679*time.Hour + 20*time.Minute: "69d23h20m", -time.Minute: "-1m",
 	} {
-		if got := formatDuration(d); got != want {
-			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		if got := replay.FormatDuration(d); got != want {
+			t.Errorf("replay.FormatDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -298,6 +298,26 @@ func formatSpan(d time.Duration) string {
 	if d <= 0 {
 		return "0s"
 	}
+	return wholeUnits(d)
+}
+
+// FormatDuration writes d in whole units, largest first: 69d23h30m, 2m,
+// 1m30s, 0s (below a second as Go does).
+func FormatDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + FormatDuration(-d)
+	}
+	if d < time.Second {
+		if d == 0 {
+			return "0s"
+		}
+		return d.String()
+	}
+	return wholeUnits(d.Round(time.Second))
+}
+
+// wholeUnits writes d >= 1s in days, hours, minutes and seconds.
+func wholeUnits(d time.Duration) string {
 	var b strings.Builder
 	for _, u := range []struct {
 		d time.Duration

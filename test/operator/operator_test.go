@@ -67,19 +67,13 @@ func run(m *testing.M) int {
 	}
 	defer cleanup()
 	binary = bin
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(testbin.RepoRoot(), "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	start := time.Now()
-	cfg, err := env.Start()
+	env, cfg, took, err := testbin.StartAPIServer(assets)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer env.Stop()
-	fmt.Printf("envtest: kube-apiserver and etcd up in %s\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("envtest: kube-apiserver and etcd up in %s\n", took.Round(time.Millisecond))
 	user, err := env.AddUser(envtest.User{Name: "tidegpu-test", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

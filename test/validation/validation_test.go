@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegpu/tidegpu/internal/config"
@@ -39,19 +37,13 @@ func run(m *testing.M) int {
 		fmt.Println(`validation: KUBEBUILDER_ASSETS is unset: the API server half is skipped; run with KUBEBUILDER_ASSETS="$(hack/envtest.sh)" (or make test)`)
 		return m.Run()
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(testbin.RepoRoot(), "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	start := time.Now()
-	cfg, err := env.Start()
+	env, cfg, took, err := testbin.StartAPIServer(assets)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer env.Stop()
-	fmt.Printf("envtest: kube-apiserver and etcd up in %s\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("envtest: kube-apiserver and etcd up in %s\n", took.Round(time.Millisecond))
 	if k8s, err = client.New(cfg, client.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
