@@ -9,6 +9,13 @@
 // safeguard against preemptions, keep a base of on-demand instances, and fall
 // back to on-demand while spot is short.
 //
+// A pool names a Strategy (Adaptive, the default; LowestPrice;
+// ZoneResilient; OnDemand); Strategy.Resolve turns it, each round, into the
+// Policy below. Adaptive reads what the CapacityMemory has learnt of the
+// market (the size and rate of the pool's loss episodes, the notice, the
+// pool's cold and warm starts) and keeps the least spare spot whose
+// expected time below N is within 1 - target (strategy.go says how).
+//
 // The package is pure: Policy.Decide maps a snapshot (the wanted serving
 // count N, the pool's live instances, the offerings and a CapacityMemory
 // read at its injected clock) to a Decision, plain data with a reason for
