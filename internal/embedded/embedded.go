@@ -426,10 +426,19 @@ func progressLine(pools []engine.PoolView) (string, bool) {
 
 // localEvents is the local provider as the local pools' engine sees it
 // when a simulated market shares the provider: its events come through
-// the simulator, which keeps those of its own instances.
+// the simulator, which keeps those of its own instances. It is a decorator
+// that adds only that EventSource; the local provider's other capabilities
+// (Reclaimer) are found in it with provider.As.
 type localEvents struct {
-	*local.Provider
+	provider.Provider
 	events <-chan provider.Event
 }
+
+var (
+	_ provider.Unwrapper   = localEvents{}
+	_ provider.EventSource = localEvents{}
+)
+
+func (l localEvents) Unwrap() provider.Provider { return l.Provider }
 
 func (l localEvents) Events() <-chan provider.Event { return l.events }

@@ -113,7 +113,7 @@ func (m *Manager) Run(ctx context.Context) {
 	m.mu.Unlock()
 
 	var evs <-chan provider.Event
-	if src, ok := m.deps.provider.(provider.EventSource); ok {
+	if src, ok := provider.As[provider.EventSource](m.deps.provider); ok {
 		evs = src.Events()
 	}
 	for {
@@ -248,7 +248,7 @@ func (m *Manager) Reclaim(ctx context.Context, pool, id string, notice time.Dura
 	if p == nil {
 		return fmt.Errorf("pool %q: %w", pool, ErrNotFound)
 	}
-	r, ok := m.deps.provider.(provider.Reclaimer)
+	r, ok := provider.As[provider.Reclaimer](m.deps.provider)
 	if !ok {
 		return fmt.Errorf("reclaim on provider %s: %w", m.deps.provider.Name(), ErrNotSupported)
 	}

@@ -85,7 +85,7 @@ func counted(views []View) (current, ready int32) {
 // memory the first time.
 func (p *Pool) placedOn(spec *tidev1.TidePoolSpec) bool {
 	_, placed := StrategyOf(spec)
-	_, src := p.deps.provider.(provider.OfferingSource)
+	_, src := provider.As[provider.OfferingSource](p.deps.provider)
 	if !placed || !src {
 		return false
 	}
@@ -107,7 +107,7 @@ const livePricesEvery = time.Minute
 // that needs them for live prices only), and whether any are known. A
 // failed refresh keeps the last ones.
 func (p *Pool) offerings(ctx context.Context, spec *tidev1.TidePoolSpec, now time.Time) ([]provider.Offering, bool) {
-	src, ok := p.deps.provider.(provider.OfferingSource)
+	src, ok := provider.As[provider.OfferingSource](p.deps.provider)
 	_, placed := StrategyOf(spec)
 	c := p.deps.costing
 	live := c != nil && c.Ledger != nil && c.Live != nil

@@ -16,7 +16,7 @@ import (
 // left running that the pool no longer wants.
 func (p *Pool) stop(ctx context.Context, st Termination) error {
 	d := p.deps
-	s, ok := provider.AsStopper(d.provider)
+	s, ok := provider.As[provider.Stopper](d.provider)
 	var err error
 	if ok {
 		err = s.Stop(ctx, st.ID)
@@ -49,7 +49,7 @@ func (p *Pool) start(ctx context.Context, ss []Start) []provider.Instance {
 	if len(ss) == 0 {
 		return nil
 	}
-	s, ok := provider.AsStopper(p.deps.provider)
+	s, ok := provider.As[provider.Stopper](p.deps.provider)
 	if !ok {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (p *Pool) standbyUsable(spec *tidev1.TidePoolSpec) bool {
 	p.mu.Lock()
 	no := p.noStandby
 	p.mu.Unlock()
-	if _, ok := provider.AsStopper(p.deps.provider); ok && !no {
+	if _, ok := provider.As[provider.Stopper](p.deps.provider); ok && !no {
 		return true
 	}
 	p.mu.Lock()

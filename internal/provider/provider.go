@@ -247,25 +247,49 @@ func (e *NotStoppableError) Unwrap() []error {
 	return []error{ErrNotSupported, e.Err}
 }
 
-// AsStopper returns p's Stopper when the provider at the bottom of p's
-// decorators (reached through Unwrap() Provider methods) can stop and start
-// instances: p itself when it passes stops on (as decorators do, metering
-// them), else that innermost provider.
-func AsStopper(p Provider) (Stopper, bool) {
-	inner := p
-	for inner != nil {
-		w, ok := inner.(interface{ Unwrap() Provider })
+// Unwrapper is implemented by decorators: a provider around another one
+// (metering, counting, a different event feed). Unwrap returns the
+// provider it decorates.
+type Unwrapper interface {
+	Unwrap() Provider
+}
+
+// As finds an optional capability of p (EventSource, Reclaimer,
+// OfferingSource, Stopper, or a concrete provider type such as
+// *local.Provider) through any decorators around it, as errors.As finds an
+// error in a chain. Walking from p inwards through Unwrap, it returns the
+// first layer that
+//
+//   - implements T itself, or
+//   - has a method As(target any) bool that, given a *T, sets it and
+//     returns true.
+//
+// So a decorator implements itself only what it truly adds, whatever it
+// decorates. One that intercepts an optional method of the provider inside
+// (to meter it, say) does so in its As method instead: it looks the
+// capability up in what it decorates (with As), and only when that has it
+// returns a small adapter that does the intercepting and calls on. When it
+// does not, As says false and the search goes on inwards, finds nothing,
+// and the capability is absent: a decorator never claims a capability its
+// provider lacks. Always use As, never a type assertion, on a Provider
+// that may be decorated.
+func As[T any](p Provider) (T, bool) {
+	for p != nil {
+		if t, ok := p.(T); ok {
+			return t, true
+		}
+		if a, ok := p.(interface{ As(target any) bool }); ok {
+			var t T
+			if a.As(&t) {
+				return t, true
+			}
+		}
+		u, ok := p.(Unwrapper)
 		if !ok {
 			break
 		}
-		inner = w.Unwrap()
+		p = u.Unwrap()
 	}
-	is, ok := inner.(Stopper)
-	if !ok {
-		return nil, false
-	}
-	if s, ok := p.(Stopper); ok {
-		return s, true
-	}
-	return is, true
+	var zero T
+	return zero, false
 }

@@ -6,13 +6,15 @@ import (
 
 	"k8s.io/utils/clock"
 
-	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
 )
 
 // counting is the simulator as the engine sees it, counting what the
-// engine asked of it and when it started each standby instance.
+// engine asked of it and when it started each standby instance. It is a
+// decorator (provider.Unwrapper): it implements the Stopper it counts, which
+// the simulator always has, and leaves the rest (offerings) to be found in
+// the simulator with provider.As.
 type counting struct {
 	sim   *spotsim.Provider
 	clock clock.PassiveClock
@@ -22,10 +24,12 @@ type counting struct {
 }
 
 var (
-	_ provider.Provider       = (*counting)(nil)
-	_ provider.OfferingSource = (*counting)(nil)
-	_ provider.Stopper        = (*counting)(nil)
+	_ provider.Provider  = (*counting)(nil)
+	_ provider.Unwrapper = (*counting)(nil)
+	_ provider.Stopper   = (*counting)(nil)
 )
+
+func (c *counting) Unwrap() provider.Provider { return c.sim }
 
 func (c *counting) Name() string { return c.sim.Name() }
 
@@ -44,10 +48,6 @@ func (c *counting) Terminate(ctx context.Context, id string) error { return c.si
 
 func (c *counting) List(ctx context.Context, pool string) ([]provider.Instance, error) {
 	return c.sim.List(ctx, pool)
-}
-
-func (c *counting) Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]provider.Offering, error) {
-	return c.sim.Offerings(ctx, spec)
 }
 
 func (c *counting) Stop(ctx context.Context, id string) error {

@@ -194,11 +194,8 @@ func (e *Engines) managerLocked(ctx context.Context, key string, prov provider.P
 	if prov == nil {
 		return nil, fmt.Errorf("no provider for %s", key)
 	}
-	inner := prov
-	if u, ok := prov.(interface{ Unwrap() provider.Provider }); ok {
-		inner = u.Unwrap()
-	}
-	if lp, isLocal := inner.(*local.Provider); isLocal {
+	lp, isLocal := provider.As[*local.Provider](prov)
+	if isLocal {
 		if err := e.adoptLocked(ctx, lp); err != nil {
 			return nil, err
 		}
@@ -218,17 +215,17 @@ func (e *Engines) managerLocked(ctx context.Context, key string, prov provider.P
 	}()
 	// A provider with a loop of its own (the spot-market simulator) runs
 	// as long as its engine and shuts down after it.
-	if r, ok := inner.(interface{ Run(context.Context) }); ok {
+	if r, ok := provider.As[interface{ Run(context.Context) }](prov); ok {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
 			r.Run(e.ctx)
 		}()
 	}
-	if s, ok := inner.(interface{ Shutdown(context.Context) error }); ok {
+	if s, ok := provider.As[interface{ Shutdown(context.Context) error }](prov); ok {
 		e.closers = append(e.closers, s.Shutdown)
 	}
-	if _, isLocal := inner.(*local.Provider); !isLocal {
+	if !isLocal {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()

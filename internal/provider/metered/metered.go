@@ -1,12 +1,21 @@
 // Package metered decorates any provider.Provider with Prometheus metrics —
 // calls, errors by kind, latency — so providers stay free of metrics code.
-// The decorator passes the optional interfaces (EventSource, Reclaimer,
-// OfferingSource) through when the wrapped provider has them.
+//
+// The decorator implements only Provider itself (Launch, Terminate and List
+// metered) and provider.Unwrapper. Its optional capabilities are those of
+// the provider it wraps, found with provider.As, and no others:
+//
+//   - OfferingSource and Stopper are metered: the decorator's As method
+//     looks the capability up in the wrapped provider and, only when that
+//     has it, returns a small adapter that meters each call and passes it
+//     on. Over a provider without offerings, provider.As finds no
+//     OfferingSource, as it would without the decorator.
+//   - EventSource and Reclaimer are not metered: provider.As finds them in
+//     the wrapped provider, through Unwrap.
 package metered
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,10 +67,11 @@ type Provider struct {
 }
 
 var (
-	_ provider.Provider       = (*Provider)(nil)
-	_ provider.EventSource    = (*Provider)(nil)
-	_ provider.OfferingSource = (*Provider)(nil)
-	_ provider.Reclaimer      = (*Provider)(nil)
+	_ provider.Provider                = (*Provider)(nil)
+	_ provider.Unwrapper               = (*Provider)(nil)
+	_ interface{ As(target any) bool } = (*Provider)(nil)
+	_ provider.OfferingSource          = offerings{}
+	_ provider.Stopper                 = stopper{}
 )
 
 // Wrap decorates p.
@@ -103,59 +113,59 @@ func (p *Provider) List(ctx context.Context, pool string) ([]provider.Instance, 
 	return out, err
 }
 
-// Events passes the wrapped provider's events through (nil when it has none,
-// which never delivers).
-func (p *Provider) Events() <-chan provider.Event {
-	if s, ok := p.inner.(provider.EventSource); ok {
-		return s.Events()
+// As gives provider.As the metered OfferingSource and Stopper of the
+// wrapped provider, when it has them; any other capability is looked up
+// in the wrapped provider itself.
+func (p *Provider) As(target any) bool {
+	switch t := target.(type) {
+	case *provider.OfferingSource:
+		s, ok := provider.As[provider.OfferingSource](p.inner)
+		if ok {
+			*t = offerings{p: p, inner: s}
+		}
+		return ok
+	case *provider.Stopper:
+		s, ok := provider.As[provider.Stopper](p.inner)
+		if ok {
+			*t = stopper{p: p, inner: s}
+		}
+		return ok
 	}
-	return nil
+	return false
 }
 
-// Offerings is metered; providers without offerings return none.
-func (p *Provider) Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]provider.Offering, error) {
-	s, ok := p.inner.(provider.OfferingSource)
-	if !ok {
-		return nil, nil
-	}
+// offerings is the wrapped provider's OfferingSource, metered.
+type offerings struct {
+	p     *Provider
+	inner provider.OfferingSource
+}
+
+// Offerings is metered.
+func (o offerings) Offerings(ctx context.Context, spec *tidev1.TidePoolSpec) ([]provider.Offering, error) {
 	start := time.Now()
-	out, err := s.Offerings(ctx, spec)
-	p.observe("Offerings", start, err)
+	out, err := o.inner.Offerings(ctx, spec)
+	o.p.observe("Offerings", start, err)
 	return out, err
 }
 
-// Reclaim passes a simulated reclaim to the wrapped provider, or fails with
-// provider.ErrNotSupported.
-func (p *Provider) Reclaim(ctx context.Context, id string, notice time.Duration) error {
-	r, ok := p.inner.(provider.Reclaimer)
-	if !ok {
-		return fmt.Errorf("reclaim on provider %s: %w", p.inner.Name(), provider.ErrNotSupported)
-	}
-	return r.Reclaim(ctx, id, notice)
+// stopper is the wrapped provider's Stopper, metered.
+type stopper struct {
+	p     *Provider
+	inner provider.Stopper
 }
 
-// Stop passes a stop to the wrapped provider, metered, or fails with
-// provider.ErrNotSupported.
-func (p *Provider) Stop(ctx context.Context, id string) error {
-	s, ok := p.inner.(provider.Stopper)
-	if !ok {
-		return fmt.Errorf("stop on provider %s: %w", p.inner.Name(), provider.ErrNotSupported)
-	}
+// Stop is metered.
+func (s stopper) Stop(ctx context.Context, id string) error {
 	start := time.Now()
-	err := s.Stop(ctx, id)
-	p.observe("Stop", start, err)
+	err := s.inner.Stop(ctx, id)
+	s.p.observe("Stop", start, err)
 	return err
 }
 
-// Start passes a start to the wrapped provider, metered, or fails with
-// provider.ErrNotSupported.
-func (p *Provider) Start(ctx context.Context, id string) (provider.Instance, error) {
-	s, ok := p.inner.(provider.Stopper)
-	if !ok {
-		return provider.Instance{}, fmt.Errorf("start on provider %s: %w", p.inner.Name(), provider.ErrNotSupported)
-	}
+// Start is metered.
+func (s stopper) Start(ctx context.Context, id string) (provider.Instance, error) {
 	start := time.Now()
-	in, err := s.Start(ctx, id)
-	p.observe("Start", start, err)
+	in, err := s.inner.Start(ctx, id)
+	s.p.observe("Start", start, err)
 	return in, err
 }
