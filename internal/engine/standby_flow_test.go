@@ -28,9 +28,10 @@ import (
 func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 	defer ok.Close()
-	// 300x: one 5-minute step per second; spot capacity 2 for 8 steps, then none.
+	// 300x: one 5-minute step per second; spot capacity 2 for 12 steps,
+	// then none (12 s leave the standby fill room on a loaded machine).
 	capacity := make([]int, 600)
-	for i := range 8 {
+	for i := range 12 {
 		capacity[i] = 2
 	}
 	tr, err := spotsim.NewTrace([]spotsim.ZoneTrace{{Zone: "us-east-1a", Gap: 5 * time.Minute, Capacity: capacity}})
@@ -74,14 +75,14 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		return ids
 	}
 	var standby []string
-	if _, met := testbin.Eventually(6*time.Second, func() bool {
+	if _, met := testbin.Eventually(11*time.Second, func() bool {
 		st := status()
 		standby = byPhase(st, tidev1.PhaseStandby, string(provider.MarketOnDemand))
 		return len(standby) == 2 && len(byPhase(st, tidev1.PhaseReady, string(provider.MarketSpot))) == 2
 	}); !met {
 		t.Fatalf("no 2 spot Ready + 2 on-demand Standby before the zone ran dry: %+v", status().Instances)
 	}
-	// The zone runs dry after 8 s: the standby instances serve in place of
+	// The zone runs dry after 12 s: the standby instances serve in place of
 	// the spot ones, and no other on-demand instance is launched.
 	var serving []string
 	if _, met := testbin.Eventually(15*time.Second, func() bool {
