@@ -95,6 +95,10 @@ func Run(ctx context.Context, o Options) error {
 		}
 		trace = t
 	}
+	// An admin API open to the network needs a token.
+	if err := admin.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken); err != nil {
+		return err
+	}
 	// Bind first: a taken port must fail before any instance starts.
 	gwLn, err := net.Listen("tcp", o.GatewayAddr)
 	if err != nil {

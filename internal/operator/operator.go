@@ -130,6 +130,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("setting up the AIBalancer controller: %w", err)
 	}
 	if o.AdminAddr != "" && o.AdminAddr != "0" {
+		if err := admin.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken); err != nil {
+			return err
+		}
 		ln, err := net.Listen("tcp", o.AdminAddr)
 		if err != nil {
 			return fmt.Errorf("--admin-addr %s: %w", o.AdminAddr, err)

@@ -307,3 +307,25 @@ func TestKill9OfUpThenRestartAdopts(t *testing.T) {
 		t.Errorf("state still lists %s (pid %d) after SIGTERM", id, pid)
 	}
 }
+
+// An admin API open to the network without a token is refused before
+// anything starts; with a token it starts.
+func TestUpRefusesAnOpenAdminWithoutAToken(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "up", "--state-dir", state, "--gateway-addr", freeAddr(t), "--admin-addr", "0.0.0.0:0")
+	cmd.Env = append(os.Environ(), "TIDEGPU_ADMIN_TOKEN=")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("tidegpu up listened on 0.0.0.0 without a token:\n%s", out)
+	}
+	for _, want := range []string{"--admin-addr", "TIDEGPU_ADMIN_TOKEN", "127.0.0.1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the error does not say %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state dir was created (something started): %v", err)
+	}
+}
