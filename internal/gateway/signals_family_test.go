@@ -79,6 +79,9 @@ func TestEveryFamilySteersP2C(t *testing.T) {
 				s := h.g.SignalStatus()["p"]
 				return s.Source == "scrape" && s.Fresh == 2 && s.Err == "" && status(t, h.g, "busy").QueueDepth == 5
 			})
+			if f := status(t, h.g, "idle").MetricsFamily; f != fam.Name {
+				t.Errorf("BackendStatus.MetricsFamily %q; want %q", f, fam.Name)
+			}
 			got := map[string]int{}
 			for range 100 {
 				got[generateVia(t, h)]++

@@ -233,3 +233,13 @@ func TestLookupFamily(t *testing.T) {
 		t.Errorf("LookupFamily(ollama) err %v; want the names", err)
 	}
 }
+
+func TestTargetErrorIsStable(t *testing.T) {
+	e := &TargetError{Source: "scrape", Total: 3, Failed: map[string]error{
+		"c": errors.New("scraping c"), "a": errors.New("scraping a"), "b": errors.New("scraping b")}}
+	for range 20 { // map order varies; the text must not
+		if got, want := e.Error(), "scrape: 3 of 3 targets failed, e.g.: scraping a"; got != want {
+			t.Fatalf("%q; want %q", got, want)
+		}
+	}
+}

@@ -151,11 +151,15 @@ type TargetError struct {
 	Total int
 }
 
+// Error names how many targets failed and the error of the first by ID
+// (so that the text, which ends up in status conditions, is stable).
 func (e *TargetError) Error() string {
 	var first error
-	for _, err := range e.Failed {
-		first = err
-		break
+	firstID := ""
+	for id, err := range e.Failed {
+		if first == nil || id < firstID {
+			first, firstID = err, id
+		}
 	}
 	return fmt.Sprintf("%s: %d of %d targets failed, e.g.: %v", e.Source, len(e.Failed), e.Total, first)
 }
