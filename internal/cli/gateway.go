@@ -38,6 +38,7 @@ const staticPool = "static"
 type gatewayOptions struct {
 	backends   []string
 	metrics    string
+	family     string
 	kubeconfig string
 	namespace  string
 	addr       string
@@ -100,6 +101,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f := cmd.Flags()
 	f.StringArrayVar(&o.backends, "backend", nil, "backend base URL http://host:port; repeat for several (required)")
 	f.StringVar(&o.metrics, "metrics", "scrape", "backend signals for balancing: scrape (each backend's /metrics), prometheus=URL (PromQL), or none (the gateway's own measurements)")
+	f.StringVar(&o.family, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
@@ -109,8 +111,27 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	return cmd
 }
 
+// metricsFamilyUsage is the help of --metrics-family (gateway and up).
+var metricsFamilyUsage = "metric names the backends serve: " + strings.Join(metrics.FamilyNames(), ", ") +
+	" (auto detects each backend's from its /metrics), or none (the gateway's own measurements, as for Ollama)"
+
+// parseMetricsFamily reads --metrics-family: the family, or off for none.
+func parseMetricsFamily(name string) (fam metrics.Family, off bool, err error) {
+	if strings.EqualFold(strings.TrimSpace(name), "none") {
+		return metrics.Family{}, true, nil
+	}
+	fam, err = metrics.LookupFamily(name)
+	if err != nil {
+		return fam, false, fmt.Errorf("invalid --metrics-family %q: want one of %s or none", name, strings.Join(metrics.FamilyNames(), ", "))
+	}
+	return fam, false, nil
+}
+
 // validate checks the flags that need no I/O.
 func (o *gatewayOptions) validate() error {
+	if _, _, err := parseMetricsFamily(o.family); err != nil {
+		return err
+	}
 	if _, err := gateway.NewPolicy(o.policy); err != nil {
 		return fmt.Errorf("invalid --policy %q: want one of %s", o.policy, strings.Join(gateway.PolicyNames, ", "))
 	}
@@ -251,7 +272,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	msrc, err := metricsSource(o.metrics)
+	msrc, err := metricsSource(o.metrics, o.family)
 	if err != nil {
 		return err
 	}
@@ -378,12 +399,19 @@ func kubeSource(kubeconfig, namespace string) backendSource {
 	}
 }
 
-// metricsSource builds the balancing signal source --metrics names; nil
-// means the gateway's own measurements only.
-func metricsSource(spec string) (metrics.Source, error) {
+// metricsSource builds the balancing signal source --metrics names, reading
+// --metrics-family's metric names; nil means the gateway's own measurements
+// only.
+func metricsSource(spec, family string) (metrics.Source, error) {
+	fam, off, err := parseMetricsFamily(family)
+	if err != nil {
+		return nil, err
+	}
 	switch {
+	case off:
+		return nil, nil
 	case spec == "" || spec == "scrape":
-		return metrics.NewScrape(metrics.ScrapeOptions{}), nil
+		return metrics.NewScrape(metrics.ScrapeOptions{Family: fam}), nil
 	case spec == "none":
 		return nil, nil
 	case strings.HasPrefix(spec, "prometheus="):
@@ -391,7 +419,7 @@ func metricsSource(spec string) (metrics.Source, error) {
 		if u, err := url.Parse(addr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("invalid --metrics %q: want prometheus=http://host:port", spec)
 		}
-		p, err := metrics.NewPrometheus(metrics.PrometheusOptions{Address: addr})
+		p, err := metrics.NewPrometheus(metrics.PrometheusOptions{Address: addr, Family: fam})
 		if err != nil {
 			return nil, fmt.Errorf("--metrics %q: %w", spec, err)
 		}

@@ -41,6 +41,7 @@ func TestGatewayCommandFlagValidation(t *testing.T) {
 		{[]string{"--backend", ok, "--addr", "127.0.0.1:http"}, []string{"--addr"}},
 		{[]string{"--backend", ok, "--admin-addr", "nonsense"}, []string{"--admin-addr", "nonsense"}},
 		{[]string{"--backend", ok, "--log-level", "loud"}, []string{"--log-level"}},
+		{[]string{"--backend", ok, "--metrics-family", "ollama"}, []string{"--metrics-family", "ollama", "auto, vllm, sglang, tgi, llamacpp or none"}},
 		{[]string{"--backend", ok, "extra"}, []string{"extra"}},
 	}
 	for _, tt := range tests {
@@ -211,6 +212,19 @@ func TestGatewayMetricsFlag(t *testing.T) {
 			t.Errorf("--metrics %s: %v", tc.value, err)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("--metrics %s: error %v, want one mentioning %q", tc.value, err, tc.wantErr)
+		}
+	}
+	for _, fam := range []string{"auto", "vllm", "sglang", "tgi", "llamacpp", "none", "SGLang"} {
+		for _, m := range []string{"scrape", "prometheus=http://127.0.0.1:9090"} {
+			cmd := cli.NewGatewayCommand()
+			cmd.SetArgs([]string{"--backend", "http://127.0.0.1:1", "--metrics", m, "--metrics-family", fam, "--addr", "127.0.0.1:0", "--admin-addr", ""})
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := cmd.ExecuteContext(ctx); err != nil {
+				t.Errorf("--metrics %s --metrics-family %s: %v", m, fam, err)
+			}
 		}
 	}
 }

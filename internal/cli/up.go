@@ -14,6 +14,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/config"
 	"github.com/tidegpu/tidegpu/internal/embedded"
 	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/metrics"
 	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
 )
 
@@ -21,6 +22,7 @@ import (
 func NewUpCommand() *cobra.Command {
 	var (
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
+		metricsFamily                                            string
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
 	)
 	cmd := &cobra.Command{
@@ -54,6 +56,10 @@ cluster takes. Bad input is refused before anything starts.`,
 			if stateDir == "" {
 				stateDir = defaultStateDir()
 			}
+			fam, noMetrics, err := parseMetricsFamily(metricsFamily)
+			if err != nil {
+				return err
+			}
 			kongSecrets, err := readKongFiles(kongTokenFile, kongCAFile, kongCertFile, kongKeyFile)
 			if err != nil {
 				return err
@@ -64,6 +70,7 @@ cluster takes. Bad input is refused before anything starts.`,
 			return embedded.Run(ctx, embedded.Options{
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
 				AdminToken: token, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
+				MetricsFamily: fam, NoBackendMetrics: noMetrics,
 			})
 		},
 	}
@@ -74,6 +81,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&stateDir, "state-dir", "", "where instance state and logs live (default $TIDEGPU_STATE_DIR, else $XDG_STATE_HOME/tidegpu or ~/.local/state/tidegpu)")
 	f.StringVar(&policy, "policy", gateway.PolicyP2C, "gateway balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

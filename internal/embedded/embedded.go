@@ -52,6 +52,12 @@ type Options struct {
 	// ReadyTimeout bounds how long progress is shown before the run goes on
 	// without every pool ready (it keeps trying).
 	ReadyTimeout time.Duration
+	// MetricsFamily is the metric names the gateway reads from the
+	// backends' /metrics; the zero Family detects each backend's.
+	MetricsFamily metrics.Family
+	// NoBackendMetrics balances on the gateway's own measurements only,
+	// reading no /metrics.
+	NoBackendMetrics bool
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -114,12 +120,16 @@ func Run(ctx context.Context, o Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// The backends' own /metrics (vLLM names: queue depth, batch, TTFT)
-	// feed the default p2c policy; backends without them (Ollama) fall
-	// back to the gateway's own measurements.
-	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
-	defer scrape.Close()
-	gw, err := gateway.New(gateway.Options{Policy: o.Policy, Registry: reg, Metrics: scrape, MetricsInterval: 250 * time.Millisecond})
+	// The backends' own /metrics (queue depth, batch, KV cache, TTFT, in
+	// any known family's names) feed the default p2c policy; backends
+	// without them (Ollama) fall back to the gateway's own measurements.
+	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond}
+	if !o.NoBackendMetrics {
+		scrape := metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily})
+		defer scrape.Close()
+		gwOpts.Metrics = scrape
+	}
+	gw, err := gateway.New(gwOpts)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

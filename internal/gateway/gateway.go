@@ -651,6 +651,10 @@ type BackendStatus struct {
 	// MetricsFresh.
 	QueueDepth   float64 `json:"queueDepth,omitempty"`
 	MetricsFresh bool    `json:"metricsFresh"`
+	// MetricsFamily: the server family whose metric names were read
+	// ("vllm", "sglang", "tgi", "llamacpp"), if MetricsFresh and the source
+	// says.
+	MetricsFamily string `json:"metricsFamily,omitempty"`
 	// Concurrency: the requests the backend runs at once before queueing,
 	// as estimated from its metrics; 0 if unknown.
 	Concurrency float64 `json:"concurrency,omitempty"`
@@ -692,6 +696,7 @@ func (g *Gateway) Backends() []BackendStatus {
 		}
 		if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
 			s.MetricsFresh = true
+			s.MetricsFamily = m.Family
 			if m.Has&loadmetrics.FieldQueueDepth != 0 {
 				s.QueueDepth = m.QueueDepth
 			}

@@ -36,15 +36,81 @@ type Queries struct {
 	ObservedAt string
 }
 
-// DefaultQueries read vLLM's metric names (as the simulator serves them).
-var DefaultQueries = Queries{
-	QueueDepth:   `sum by ({{.Label}}) (vllm:num_requests_waiting{{.Selector}})`,
-	Running:      `sum by ({{.Label}}) (vllm:num_requests_running{{.Selector}})`,
-	KVCacheUsage: `max by ({{.Label}}) (vllm:kv_cache_usage_perc{{.Selector}})`,
-	GPUUtil:      `max by ({{.Label}}) (tidegpu_sim_gpu_utilization{{.Selector}})`,
-	TTFTP50:      `histogram_quantile(0.5, sum by ({{.Label}}, le) (rate(vllm:time_to_first_token_seconds_bucket{{.Selector}}[{{.Window}}])))`,
-	TTFTP99:      `histogram_quantile(0.99, sum by ({{.Label}}, le) (rate(vllm:time_to_first_token_seconds_bucket{{.Selector}}[{{.Window}}])))`,
-	ObservedAt:   `max by ({{.Label}}) (timestamp(vllm:num_requests_waiting{{.Selector}}))`,
+// DefaultQueries read every known family's metrics (FamilyQueries of the
+// zero Family): for each backend, the first family with series wins.
+var DefaultQueries = FamilyQueries(Family{})
+
+// FamilyQueries returns the queries that read family f's metric names, or,
+// for the zero Family, every family's joined with PromQL's or (the first
+// family with a series for a backend wins, in the order of Families).
+// Queue and running requests are summed per backend, KV-cache usage maxed
+// (as ParseFamily does), with f's units scaled to a fraction and seconds.
+// A query f has no metric for is DisabledQuery.
+func FamilyQueries(f Family) Queries {
+	fams := Families
+	if f.Queue != "" {
+		fams = []Family{f}
+	}
+	var q Queries
+	var queue, running, kv, ttft50, ttft99, observed []string
+	for _, g := range fams {
+		queue = append(queue, fmt.Sprintf("sum by ({{.Label}}) (%s)", seriesExpr(g.Queue, g.SingleRank)))
+		observed = append(observed, fmt.Sprintf("max by ({{.Label}}) (timestamp(%s{{.Selector}}))", g.Queue))
+		if g.Running != "" {
+			running = append(running, fmt.Sprintf("sum by ({{.Label}}) (%s)", seriesExpr(g.Running, g.SingleRank)))
+		}
+		for _, name := range g.KVCache {
+			kv = append(kv, fmt.Sprintf("max by ({{.Label}}) (%s)%s", seriesExpr(name, g.SingleRank), scaled(g.KVCacheScale)))
+		}
+		if g.TTFT != "" {
+			buckets := fmt.Sprintf("sum by ({{.Label}}, le) (%s)", rateExpr(g.TTFT+"_bucket", g.SingleRank))
+			ttft50 = append(ttft50, fmt.Sprintf("histogram_quantile(0.5, %s)%s", buckets, scaled(g.TTFTScale)))
+			ttft99 = append(ttft99, fmt.Sprintf("histogram_quantile(0.99, %s)%s", buckets, scaled(g.TTFTScale)))
+		}
+	}
+	q.QueueDepth = orJoin(queue)
+	q.Running = orJoin(running)
+	q.KVCacheUsage = orJoin(kv)
+	q.GPUUtil = `max by ({{.Label}}) (tidegpu_sim_gpu_utilization{{.Selector}})`
+	q.TTFTP50 = orJoin(ttft50)
+	q.TTFTP99 = orJoin(ttft99)
+	q.ObservedAt = orJoin(observed)
+	return q
+}
+
+// seriesExpr selects a metric's series under the configured selector,
+// leaving out those of a rank other than 0 of singleRank (copies of rank
+// 0's values).
+func seriesExpr(name, singleRank string) string {
+	if singleRank == "" {
+		return name + "{{.Selector}}"
+	}
+	return fmt.Sprintf(`(%s{{.Selector}} unless %s{%s!~"0|"})`, name, name, singleRank)
+}
+
+// rateExpr is seriesExpr's rate over the window (PromQL takes a range of
+// a selector only, so the other ranks are left out after the rate).
+func rateExpr(name, singleRank string) string {
+	if singleRank == "" {
+		return fmt.Sprintf("rate(%s{{.Selector}}[{{.Window}}])", name)
+	}
+	return fmt.Sprintf(`(rate(%s{{.Selector}}[{{.Window}}]) unless rate(%s{%s!~"0|"}[{{.Window}}]))`, name, name, singleRank)
+}
+
+// scaled multiplies by s unless s is 1 or unset.
+func scaled(s float64) string {
+	if s == 0 || s == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" * %g", s)
+}
+
+// orJoin joins queries with PromQL's or; none is DisabledQuery.
+func orJoin(qs []string) string {
+	if len(qs) == 0 {
+		return DisabledQuery
+	}
+	return strings.Join(qs, " or ")
 }
 
 // DisabledQuery, as a field of Queries, turns that query off.
@@ -59,11 +125,15 @@ const (
 
 // PrometheusOptions configure a Prometheus source.
 type PrometheusOptions struct {
+	// Family is the server family whose metric names the default queries
+	// read; the zero Family reads every known family's (DefaultQueries).
+	Family Family
 	// Address is the Prometheus base URL, e.g. http://127.0.0.1:9090.
 	// Required.
 	Address string
-	// Queries override DefaultQueries field by field; an empty field keeps
-	// the default, DisabledQuery turns it off.
+	// Queries override the default queries (FamilyQueries(Family)) field
+	// by field; an empty field keeps the default, DisabledQuery turns it
+	// off.
 	Queries Queries
 	// Label is the label whose value names a backend in the query results:
 	// its Address (host:port, Prometheus's "instance" for a scraped target)
@@ -91,6 +161,7 @@ type Prometheus struct {
 	label   model.LabelName
 	timeout time.Duration
 	clock   clock.PassiveClock
+	family  Family
 }
 
 type namedQuery struct {
@@ -136,19 +207,21 @@ func NewPrometheus(o PrometheusOptions) (*Prometheus, error) {
 	}
 	p := &Prometheus{api: promv1.NewAPI(c), label: model.LabelName(o.Label), timeout: o.Timeout, clock: o.Clock}
 	data := struct{ Label, Selector, Window string }{o.Label, o.Selector, o.Window}
+	def := FamilyQueries(o.Family)
+	p.family = o.Family
 	for _, q := range []struct {
 		field     Field
 		name      string
 		give, def string
 		p99       bool
 	}{
-		{FieldQueueDepth, "QueueDepth", o.Queries.QueueDepth, DefaultQueries.QueueDepth, false},
-		{FieldRunning, "Running", o.Queries.Running, DefaultQueries.Running, false},
-		{FieldKVCacheUsage, "KVCacheUsage", o.Queries.KVCacheUsage, DefaultQueries.KVCacheUsage, false},
-		{FieldGPUUtil, "GPUUtil", o.Queries.GPUUtil, DefaultQueries.GPUUtil, false},
-		{FieldTTFT, "TTFTP50", o.Queries.TTFTP50, DefaultQueries.TTFTP50, false},
-		{FieldTTFT, "TTFTP99", o.Queries.TTFTP99, DefaultQueries.TTFTP99, true},
-		{0, "ObservedAt", o.Queries.ObservedAt, DefaultQueries.ObservedAt, false},
+		{FieldQueueDepth, "QueueDepth", o.Queries.QueueDepth, def.QueueDepth, false},
+		{FieldRunning, "Running", o.Queries.Running, def.Running, false},
+		{FieldKVCacheUsage, "KVCacheUsage", o.Queries.KVCacheUsage, def.KVCacheUsage, false},
+		{FieldGPUUtil, "GPUUtil", o.Queries.GPUUtil, def.GPUUtil, false},
+		{FieldTTFT, "TTFTP50", o.Queries.TTFTP50, def.TTFTP50, false},
+		{FieldTTFT, "TTFTP99", o.Queries.TTFTP99, def.TTFTP99, true},
+		{0, "ObservedAt", o.Queries.ObservedAt, def.ObservedAt, false},
 	} {
 		text := q.give
 		if text == "" {
@@ -196,6 +269,9 @@ func (p *Prometheus) Queries() map[string]string {
 // Snapshot runs the queries concurrently and matches their samples to the
 // targets by Label (address or ID). Any failing query makes the error
 // non-nil; the values of the queries that worked are returned with it.
+// When every query worked, a target without a queue-depth series (not
+// scraped, or serving no known family's metrics) is left out and named in
+// a *TargetError: its load is unknown, not idle.
 func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string]BackendMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
@@ -275,11 +351,21 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 			out[id] = m
 		}
 	}
-	for id, m := range out {
-		if m.Has == 0 {
-			delete(out, id)
+	var missing map[string]error
+	for _, t := range targets {
+		if t.ID == "" {
 			continue
 		}
+		if m, ok := out[t.ID]; !ok || m.Has&FieldQueueDepth == 0 {
+			if missing == nil {
+				missing = map[string]error{}
+			}
+			missing[t.ID] = fmt.Errorf("prometheus: no series of %s for backend %s (%s=%q or %q)",
+				expected(p.family), t.ID, p.label, t.Address, t.ID)
+			delete(out, t.ID)
+		}
+	}
+	for id, m := range out {
 		switch {
 		case !observed[id].IsZero():
 			m.ObservedAt = observed[id]
@@ -290,5 +376,22 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 		}
 		out[id] = m
 	}
-	return out, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return out, err // a failing query explains the missing values
+	}
+	if len(missing) > 0 {
+		return out, &TargetError{Source: p.Name(), Failed: missing, Total: len(byIDs(targets))}
+	}
+	return out, nil
+}
+
+// byIDs returns the set of targets' non-empty IDs.
+func byIDs(targets []Target) map[string]bool {
+	ids := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		if t.ID != "" {
+			ids[t.ID] = true
+		}
+	}
+	return ids
 }

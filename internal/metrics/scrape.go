@@ -19,8 +19,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Metric names read from backends: vLLM's (https://docs.vllm.ai/en/stable/usage/metrics/),
-// which the simulator also serves, and the simulator's GPU utilisation.
+// Metric names of vLLM (https://docs.vllm.ai/en/stable/usage/metrics/), which
+// the simulator also serves, and the simulator's GPU utilisation. The other
+// families' names are in their Family values.
 const (
 	MetricQueueDepth   = "vllm:num_requests_waiting"
 	MetricRunning      = "vllm:num_requests_running"
@@ -59,6 +60,9 @@ type ScrapeOptions struct {
 	Client *http.Client
 	// Clock stamps ObservedAt; nil means the real clock.
 	Clock clock.PassiveClock
+	// Family names the metrics every backend serves; the zero Family
+	// detects each backend's from its exposition (see LookupFamily).
+	Family Family
 }
 
 // Scrape is the Source that reads every backend's /metrics directly. TTFT
@@ -73,6 +77,7 @@ type Scrape struct {
 	client   *http.Client
 	own      *http.Transport
 	clock    clock.PassiveClock
+	family   Family
 
 	mu   sync.Mutex
 	prev map[string]histState // by target ID
@@ -94,6 +99,7 @@ func NewScrape(o ScrapeOptions) *Scrape {
 		maxBytes: o.MaxBytes,
 		client:   o.Client,
 		clock:    o.Clock,
+		family:   o.Family,
 		prev:     map[string]histState{},
 	}
 	if s.path == "" {
@@ -235,7 +241,7 @@ func (s *Scrape) scrapeOne(ctx context.Context, t Target) (BackendMetrics, error
 	if int64(len(body)) > s.maxBytes {
 		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): answer larger than %d bytes", t.ID, t.Address, s.maxBytes)
 	}
-	m, ttft, err := ParseExposition(body, expfmt.ResponseFormat(resp.Header))
+	m, ttft, err := ParseFamily(body, expfmt.ResponseFormat(resp.Header), s.family)
 	if err != nil {
 		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, err)
 	}
@@ -257,28 +263,45 @@ func (s *Scrape) scrapeOne(ctx context.Context, t Target) (BackendMetrics, error
 	return m, nil
 }
 
-// ErrNoMetrics is returned by ParseExposition when the text holds none of
-// the metrics this package reads.
-var ErrNoMetrics = errors.New("no vLLM load metrics in the exposition")
+// ErrNoMetrics is returned (wrapped, with what was expected) by
+// ParseExposition when the exposition has no usable queue-depth gauge of
+// the family asked for, or of any known family: the backend's load is
+// unknown, which is not the same as idle.
+var ErrNoMetrics = errors.New("no queue-depth metric in the exposition")
 
 // ParseExposition reads a Prometheus exposition (text format, or delimited
-// protobuf if format says so) and returns the load metrics in it and the
-// TTFT histogram's cumulative buckets summed over its label sets (nil if
-// absent). Gauges of several label sets (one per model) are summed for
-// queue depth and running requests, and maxed for KV cache and GPU
-// utilisation. It fails on malformed input and on input with none of the
-// metrics. ObservedAt is left zero. Pure.
+// protobuf if format says so) of any known family, detected from the metric
+// names present: the first of Families whose queue gauge is there. See
+// ParseFamily.
 func ParseExposition(body []byte, format expfmt.Format) (BackendMetrics, []Bucket, error) {
+	return ParseFamily(body, format, Family{})
+}
+
+// ParseFamily reads a Prometheus exposition (text format, or delimited
+// protobuf if format says so) with family f's metric names, or with the
+// detected family's if f is the zero Family, and returns the load metrics
+// in it (BackendMetrics.Family says which family read them) and the TTFT
+// histogram's cumulative buckets summed over its label sets, bounds in
+// seconds (nil if absent). Queue depth and running requests are summed over
+// label sets (models, engines, data-parallel ranks); KV-cache usage and GPU
+// utilisation are maxed, so that one full rank is not averaged away by idle
+// ones. It fails on malformed input and, with ErrNoMetrics, on input
+// without a usable queue gauge. ObservedAt is left zero. Pure.
+func ParseFamily(body []byte, format expfmt.Format, f Family) (BackendMetrics, []Bucket, error) {
 	if format.FormatType() == expfmt.TypeUnknown {
 		format = expfmt.NewFormat(expfmt.TypeTextPlain)
 	}
+	wanted := map[string]bool{MetricGPUUtil: true}
+	for _, g := range Families {
+		for _, n := range g.names() {
+			wanted[n] = true
+		}
+	}
+	for _, n := range f.names() {
+		wanted[n] = true
+	}
+	found := map[string]*dto.MetricFamily{}
 	dec := expfmt.NewDecoder(bytes.NewReader(body), format)
-	var (
-		m                       BackendMetrics
-		queue, running, kv, kv0 agg
-		gpu                     agg
-		ttft                    map[float64]float64
-	)
 	for {
 		mf := &dto.MetricFamily{}
 		err := dec.Decode(mf)
@@ -288,66 +311,121 @@ func ParseExposition(body []byte, format expfmt.Format) (BackendMetrics, []Bucke
 		if err != nil {
 			return BackendMetrics{}, nil, fmt.Errorf("parsing metrics: %w", err)
 		}
-		switch mf.GetName() {
-		case MetricQueueDepth:
-			queue.add(mf, false)
-		case MetricRunning:
-			running.add(mf, false)
-		case MetricKVCacheUsage:
-			kv.add(mf, true)
-		case MetricKVCacheUsageV0:
-			kv0.add(mf, true)
-		case MetricGPUUtil:
-			gpu.add(mf, true)
-		case MetricTTFT:
-			for _, x := range mf.GetMetric() {
-				h := x.GetHistogram()
-				if h == nil {
-					continue
-				}
-				if ttft == nil {
-					ttft = map[float64]float64{}
-				}
-				hasInf := false
-				for _, b := range h.GetBucket() {
-					ttft[b.GetUpperBound()] += float64(b.GetCumulativeCount())
-					hasInf = hasInf || math.IsInf(b.GetUpperBound(), 1)
-				}
-				if !hasInf {
-					// Client libraries leave the +Inf bucket implicit
-					// in protobuf: it is the sample count.
-					ttft[math.Inf(1)] += float64(h.GetSampleCount())
-				}
+		if !wanted[mf.GetName()] {
+			continue
+		}
+		if prev, ok := found[mf.GetName()]; ok { // the same name twice: one family
+			prev.Metric = append(prev.Metric, mf.GetMetric()...)
+			continue
+		}
+		found[mf.GetName()] = mf
+	}
+	if f.Queue == "" {
+		for _, g := range Families {
+			if found[g.Queue] != nil {
+				f = g
+				break
 			}
 		}
+		if f.Queue == "" {
+			return BackendMetrics{}, nil, fmt.Errorf("%w: want %s", ErrNoMetrics, expected(Family{}))
+		}
 	}
+	if found[f.Queue] == nil {
+		return BackendMetrics{}, nil, fmt.Errorf("%w: want %s", ErrNoMetrics, expected(f))
+	}
+
+	m := BackendMetrics{Family: f.Name}
+	var queue, running, kv, gpu agg
+	queue.add(found[f.Queue], false, f.SingleRank)
 	queue.store(&m, FieldQueueDepth)
-	running.store(&m, FieldRunning)
-	if kv.ok {
-		kv.store(&m, FieldKVCacheUsage)
-	} else {
-		kv0.store(&m, FieldKVCacheUsage)
+	if m.Has&FieldQueueDepth == 0 {
+		return BackendMetrics{}, nil, fmt.Errorf("%w: %s (%s) has no usable value", ErrNoMetrics, f.Queue, f.Server)
 	}
+	if f.Running != "" {
+		running.add(found[f.Running], false, f.SingleRank)
+		running.store(&m, FieldRunning)
+	}
+	for _, name := range f.KVCache {
+		if kv.add(found[name], true, f.SingleRank); kv.ok {
+			break
+		}
+	}
+	if kv.ok {
+		kv.v *= scaleOr1(f.KVCacheScale)
+		kv.store(&m, FieldKVCacheUsage)
+	}
+	gpu.add(found[MetricGPUUtil], true, "")
 	gpu.store(&m, FieldGPUUtil)
 	var buckets []Bucket
-	if len(ttft) > 0 {
-		buckets = make([]Bucket, 0, len(ttft))
-		for ub, c := range ttft {
-			if !math.IsNaN(ub) {
-				buckets = append(buckets, Bucket{UpperBound: ub, Count: c})
-			}
-		}
-		slices.SortFunc(buckets, func(a, b Bucket) int {
-			if a.UpperBound < b.UpperBound {
-				return -1
-			}
-			return 1
-		})
-	}
-	if m.Has == 0 && buckets == nil {
-		return BackendMetrics{}, nil, ErrNoMetrics
+	if f.TTFT != "" {
+		buckets = histogramBuckets(found[f.TTFT], scaleOr1(f.TTFTScale), f.SingleRank)
 	}
 	return m, buckets, nil
+}
+
+// scaleOr1 returns s, or 1 for an unset scale.
+func scaleOr1(s float64) float64 {
+	if s == 0 {
+		return 1
+	}
+	return s
+}
+
+// histogramBuckets sums the cumulative buckets of a histogram family's
+// series, bounds multiplied by scale, sorted by bound; nil if mf has no
+// histogram.
+func histogramBuckets(mf *dto.MetricFamily, scale float64, singleRank string) []Bucket {
+	var sum map[float64]float64
+	for _, x := range mf.GetMetric() {
+		h := x.GetHistogram()
+		if h == nil || otherRank(x, singleRank) {
+			continue
+		}
+		if sum == nil {
+			sum = map[float64]float64{}
+		}
+		hasInf := false
+		for _, b := range h.GetBucket() {
+			sum[b.GetUpperBound()*scale] += float64(b.GetCumulativeCount())
+			hasInf = hasInf || math.IsInf(b.GetUpperBound(), 1)
+		}
+		if !hasInf {
+			// Client libraries leave the +Inf bucket implicit in
+			// protobuf: it is the sample count.
+			sum[math.Inf(1)] += float64(h.GetSampleCount())
+		}
+	}
+	if len(sum) == 0 {
+		return nil
+	}
+	buckets := make([]Bucket, 0, len(sum))
+	for ub, c := range sum {
+		if !math.IsNaN(ub) {
+			buckets = append(buckets, Bucket{UpperBound: ub, Count: c})
+		}
+	}
+	slices.SortFunc(buckets, func(a, b Bucket) int {
+		if a.UpperBound < b.UpperBound {
+			return -1
+		}
+		return 1
+	})
+	return buckets
+}
+
+// otherRank reports whether series x carries label with a value other than
+// "0" (a rank whose values copy rank 0's).
+func otherRank(x *dto.Metric, label string) bool {
+	if label == "" {
+		return false
+	}
+	for _, l := range x.GetLabel() {
+		if l.GetName() == label {
+			return l.GetValue() != "0"
+		}
+	}
+	return false
 }
 
 // agg folds a gauge family's samples: their sum, or their maximum.
@@ -356,8 +434,11 @@ type agg struct {
 	ok bool
 }
 
-func (a *agg) add(mf *dto.MetricFamily, useMax bool) {
+func (a *agg) add(mf *dto.MetricFamily, useMax bool, singleRank string) {
 	for _, x := range mf.GetMetric() {
+		if otherRank(x, singleRank) {
+			continue
+		}
 		var v float64
 		switch {
 		case x.GetGauge() != nil:

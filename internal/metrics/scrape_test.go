@@ -268,26 +268,28 @@ vllm:time_to_first_token_seconds_count{model_name="b"} 2
 					t.Errorf("buckets %v; want %v then +Inf 4", b, want)
 				}
 			}},
-		{name: "pre-V1 KV-cache name", text: "vllm:gpu_cache_usage_perc 0.3\n", wantHas: FieldKVCacheUsage, noBuckets: true,
+		{name: "pre-V1 KV-cache name", text: "vllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.3\n", wantHas: FieldQueueDepth | FieldKVCacheUsage, noBuckets: true,
 			check: func(t *testing.T, m BackendMetrics, _ []Bucket) {
 				if m.KVCacheUsage != 0.3 {
 					t.Errorf("kv %v", m.KVCacheUsage)
 				}
 			}},
-		{name: "V1 name wins over the old one", text: "vllm:gpu_cache_usage_perc 0.3\nvllm:kv_cache_usage_perc 0.6\n", wantHas: FieldKVCacheUsage, noBuckets: true,
+		{name: "V1 name wins over the old one", text: "vllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.3\nvllm:kv_cache_usage_perc 0.6\n", wantHas: FieldQueueDepth | FieldKVCacheUsage, noBuckets: true,
 			check: func(t *testing.T, m BackendMetrics, _ []Bucket) {
 				if m.KVCacheUsage != 0.6 {
 					t.Errorf("kv %v", m.KVCacheUsage)
 				}
 			}},
-		{name: "negative and NaN values are unknown", text: "vllm:num_requests_waiting -1\nvllm:num_requests_running NaN\nvllm:kv_cache_usage_perc 3\n",
-			wantHas: FieldKVCacheUsage, noBuckets: true,
+		{name: "negative and NaN values are unknown", text: "vllm:num_requests_waiting 0\nvllm:num_requests_running NaN\ntidegpu_sim_gpu_utilization -1\nvllm:kv_cache_usage_perc 3\n",
+			wantHas: FieldQueueDepth | FieldKVCacheUsage, noBuckets: true,
 			check: func(t *testing.T, m BackendMetrics, _ []Bucket) {
 				if m.KVCacheUsage != 1 {
 					t.Errorf("kv %v; want clamped to 1", m.KVCacheUsage)
 				}
 			}},
 		{name: "none of our metrics", text: "go_goroutines 12\n", wantErr: ErrNoMetrics},
+		{name: "KV cache without a queue", text: "vllm:kv_cache_usage_perc 0.3\n", wantErr: ErrNoMetrics},
+		{name: "unusable queue value", text: "vllm:num_requests_waiting -1\nvllm:num_requests_running 2\n", wantErr: ErrNoMetrics},
 		{name: "empty", text: "", wantErr: ErrNoMetrics},
 		{name: "malformed", text: "vllm:num_requests_waiting{ 2\n", anyErr: true},
 	}

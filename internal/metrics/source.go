@@ -53,7 +53,8 @@ const (
 // "unknown".
 type BackendMetrics struct {
 	// QueueDepth is the number of requests waiting for a batch slot
-	// (vllm:num_requests_waiting, summed over models).
+	// (vllm:num_requests_waiting or its Family's equivalent, summed over
+	// models, engines and ranks).
 	QueueDepth float64
 	// Running is the number of requests in the running batch
 	// (vllm:num_requests_running, summed over models).
@@ -75,6 +76,9 @@ type BackendMetrics struct {
 	ErrorRate float64
 	// Has says which of the values above are known.
 	Has Field
+	// Family is the name of the server family whose metrics gave the
+	// values ("vllm", "sglang", "tgi", "llamacpp"), if a scrape read them.
+	Family string
 	// ObservedAt is when the values were measured: the scrape's time, or
 	// the sample's timestamp in Prometheus.
 	ObservedAt time.Time
@@ -147,11 +151,15 @@ type TargetError struct {
 	Total int
 }
 
+// Error names how many targets failed and the error of the first by ID
+// (so that the text, which ends up in status conditions, is stable).
 func (e *TargetError) Error() string {
 	var first error
-	for _, err := range e.Failed {
-		first = err
-		break
+	firstID := ""
+	for id, err := range e.Failed {
+		if first == nil || id < firstID {
+			first, firstID = err, id
+		}
 	}
 	return fmt.Sprintf("%s: %d of %d targets failed, e.g.: %v", e.Source, len(e.Failed), e.Total, first)
 }

@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
+)
+
+// familyExpositions render, for each server family, a /metrics answer with
+// queue requests waiting. They follow the servers' own metric definitions
+// (names, types, labels, units), written for these tests:
+//
+//   - vLLM: vllm-project/vllm, vllm/v1/metrics/loggers.py (labels
+//     model_name and engine).
+//   - SGLang: sgl-project/sglang, python/sglang/srt/metrics/collector.py
+//     (SchedulerMetricsCollector).
+//   - TGI: huggingface/text-generation-inference,
+//     docs/source/reference/metrics.md.
+//   - llama.cpp: ggml-org/llama.cpp, tools/server/README.md ("GET /metrics").
+var familyExpositions = map[string]func(queue int) string{
+	"vllm": func(q int) string {
+		return fmt.Sprintf(`# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} %d
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 1
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+`, q)
+	},
+	"sglang": func(q int) string {
+		return fmt.Sprintf(`# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{engine_type="unified",model_name="m"} %d
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="m"} 1
+# TYPE sglang:token_usage gauge
+sglang:token_usage{engine_type="unified",model_name="m"} 0.5
+`, q)
+	},
+	"tgi": func(q int) string {
+		return fmt.Sprintf("# TYPE tgi_queue_size gauge\ntgi_queue_size %d\n# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size 1\n", q)
+	},
+	"llamacpp": func(q int) string {
+		return fmt.Sprintf("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n", q)
+	},
+}
+
+// familyBackend serves exposition at /metrics and echoes everything else.
+func familyBackend(t *testing.T, id, exposition string) *testBackend {
+	echo := echoHandler(id)
+	return newBackend(t, id, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = w.Write([]byte(exposition))
+			return
+		}
+		echo(w, r)
+	})
+}
+
+// TestEveryFamilySteersP2C: for each server family, through the real
+// gateway scraping real HTTP backends, a backend reporting 5 waiting
+// requests in its family's metrics gets (almost) nothing while an idle one
+// is there.
+func TestEveryFamilySteersP2C(t *testing.T) {
+	for _, fam := range loadmetrics.Families {
+		t.Run(fam.Name, func(t *testing.T) {
+			render := familyExpositions[fam.Name]
+			busy := familyBackend(t, "busy", render(5))
+			idle := familyBackend(t, "idle", render(0))
+			src := loadmetrics.NewScrape(loadmetrics.ScrapeOptions{})
+			defer src.Close()
+			h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+			h.g.SetBackends("p", []Backend{busy.backend("p"), idle.backend("p")})
+			poll(t, 10*time.Second, "fresh metrics showing busy's queue", func() bool {
+				s := h.g.SignalStatus()["p"]
+				return s.Source == "scrape" && s.Fresh == 2 && s.Err == "" && status(t, h.g, "busy").QueueDepth == 5
+			})
+			if f := status(t, h.g, "idle").MetricsFamily; f != fam.Name {
+				t.Errorf("BackendStatus.MetricsFamily %q; want %q", f, fam.Name)
+			}
+			got := map[string]int{}
+			for range 100 {
+				got[generateVia(t, h)]++
+			}
+			if got["idle"] < 95 {
+				t.Errorf("%s: %v; want at least 95 of 100 on the idle backend", fam.Server, got)
+			}
+		})
+	}
+}
+
+// TestUnknownExpositionIsAnError: a backend whose /metrics matches no
+// family is reported in SignalStatus with its ID and what was expected, and
+// balanced on the gateway's own signals, not as idle.
+func TestUnknownExpositionIsAnError(t *testing.T) {
+	other := familyBackend(t, "other", "# TYPE go_goroutines gauge\ngo_goroutines 12\n")
+	src := loadmetrics.NewScrape(loadmetrics.ScrapeOptions{})
+	defer src.Close()
+	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+	h.g.SetBackends("p", []Backend{other.backend("p")})
+	poll(t, 10*time.Second, "the scrape error", func() bool { return h.g.SignalStatus()["p"].Err != "" })
+	s := h.g.SignalStatus()["p"]
+	if s.Source != SignalGateway || s.Fresh != 0 {
+		t.Errorf("status %+v; want the gateway's own signals", s)
+	}
+	for _, want := range []string{"other", other.addr(), "sglang:num_queue_reqs", "tgi_queue_size", "llamacpp:requests_deferred"} {
+		if !strings.Contains(s.Err, want) {
+			t.Errorf("error %q does not name %q", s.Err, want)
+		}
+	}
+}
