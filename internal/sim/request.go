@@ -17,10 +17,14 @@ const (
 	apiOllamaGenerate
 	apiOpenAIChat
 	apiOpenAICompletion
+	apiOllama // the other Ollama endpoints (/api/...)
+	apiOpenAI // the other OpenAI endpoints (/v1/...)
 )
 
 // isOpenAI reports whether errors for k use the OpenAI error shape.
-func (k apiKind) isOpenAI() bool { return k == apiOpenAIChat || k == apiOpenAICompletion }
+func (k apiKind) isOpenAI() bool {
+	return k == apiOpenAIChat || k == apiOpenAICompletion || k == apiOpenAI
+}
 
 // Finish reasons (Ollama done_reason, OpenAI finish_reason, vLLM
 // finished_reason label).

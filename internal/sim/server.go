@@ -23,6 +23,9 @@ const InstanceHeader = "X-Tidegpu-Instance"
 // ollamaVersion is the Ollama API version the simulator reports.
 const ollamaVersion = "0.17.4"
 
+// contextLength is the context window every simulated model reports.
+const contextLength = 4096
+
 // maxBodyBytes bounds request bodies.
 const maxBodyBytes = 32 << 20
 
@@ -82,12 +85,16 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /api/version", s.handleVersion)
 	s.mux.HandleFunc("GET /api/tags", s.handleTags)
 	s.mux.HandleFunc("GET /api/ps", s.handlePS)
+	s.mux.HandleFunc("POST /api/show", s.handleShow)
+	s.mux.HandleFunc("POST /api/embed", s.handleOllamaEmbed)
+	s.mux.HandleFunc("POST /api/embeddings", s.handleOllamaEmbeddings)
 	s.mux.HandleFunc("POST /api/chat", s.generationHandler(apiOllamaChat, parseOllamaChat))
 	s.mux.HandleFunc("POST /api/generate", s.generationHandler(apiOllamaGenerate, parseOllamaGenerate))
 	s.mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
 	s.mux.HandleFunc("GET /v1/models/{model...}", s.handleOpenAIModel)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generationHandler(apiOpenAIChat, parseOpenAIChat))
 	s.mux.HandleFunc("POST /v1/completions", s.generationHandler(apiOpenAICompletion, parseOpenAICompletion))
+	s.mux.HandleFunc("POST /v1/embeddings", s.handleOpenAIEmbeddings)
 	return s
 }
 
@@ -187,6 +194,7 @@ func modelNotFound(api apiKind, model string) *apiError {
 // modelInfo describes a served model deterministically from its name.
 type modelInfo struct {
 	family, parameterSize string
+	parameterCount        int64 // 0 when the tag does not say
 	size                  int64
 	digest                string
 }
@@ -204,6 +212,7 @@ func describeModel(name string) modelInfo {
 	if num, ok := strings.CutSuffix(strings.ToLower(p), "b"); ok {
 		if f, err := strconv.ParseFloat(num, 64); err == nil && f > 0 && f < 1e4 {
 			info.parameterSize = strings.ToUpper(p)
+			info.parameterCount = int64(f * 1e9)
 			info.size = int64(f * 0.6e9) // about 4.8 bits per weight
 		}
 	}
@@ -262,7 +271,7 @@ func (s *Server) handlePS(w http.ResponseWriter, r *http.Request) {
 		mi := describeModel(name)
 		models = append(models, model{Name: name, Model: name, Size: mi.size, Digest: mi.digest,
 			Details: mi.details(), ExpiresAt: time.Now().Add(24 * time.Hour).UTC(),
-			SizeVRAM: mi.size, ContextLength: 4096})
+			SizeVRAM: mi.size, ContextLength: contextLength})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
@@ -298,14 +307,9 @@ func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
 // generationHandler returns the handler of a generation endpoint.
 func (s *Server) generationHandler(api apiKind, parse func([]byte) (genRequest, *apiError)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeError(w, api, &apiError{status: http.StatusRequestEntityTooLarge, message: "request body too large"})
-				return
-			}
-			writeError(w, api, badRequest("reading request body: %v", err))
+		body, aerr := readBody(w, r)
+		if aerr != nil {
+			writeError(w, api, aerr)
 			return
 		}
 		req, aerr := parse(body)
@@ -320,6 +324,19 @@ func (s *Server) generationHandler(api apiKind, parse func([]byte) (genRequest, 
 		}
 		s.generate(r.Context(), w, req, model)
 	}
+}
+
+// readBody reads a request body of at most maxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, message: "request body too large"}
+		}
+		return nil, badRequest("reading request body: %v", err)
+	}
+	return body, nil
 }
 
 // errAborted ends a generation when the server is closed.
