@@ -37,6 +37,11 @@
 // eval_duration (first to last token). A client that disconnects stops its
 // generation and frees its slot or queue place at once.
 //
+// Every error is in the shape of the API it came through: OpenAI's
+// {"error": {"message", "type", "param", "code"}} under /v1, Ollama's
+// {"error": "..."} under /api, including unknown routes (404) and wrong
+// methods (405 with Allow), so SDKs report them as their API errors.
+//
 // Embeddings are deterministic: Config.EmbeddingDim Gaussian values from a
 // generator seeded by the SHA-256 of the text, scaled to unit L2 norm, so
 // equal texts always get equal vectors (and unequal texts unrelated ones).

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -109,7 +110,76 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.InstanceID != "" {
 		w.Header().Set(InstanceHeader, s.cfg.InstanceID)
 	}
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		if api, ok := apiOfPath(r.URL.Path); ok {
+			s.routeError(w, r, api)
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// apiOfPath tells which API's error shape a path outside the served routes
+// gets: OpenAI's under /v1, Ollama's under /api; other paths keep the plain
+// text of net/http.
+func apiOfPath(path string) (apiKind, bool) {
+	switch {
+	case path == "/v1" || strings.HasPrefix(path, "/v1/"):
+		return apiOpenAI, true
+	case path == "/api" || strings.HasPrefix(path, "/api/"):
+		return apiOllama, true
+	}
+	return 0, false
+}
+
+// routeError answers a request no route matches (404) or no route matches
+// with this method (405, with its Allow header) in the error shape of api.
+// The messages are the servers' own: OpenAI's "Invalid URL (GET /v1/x)" and
+// Ollama's (gin's) "404 page not found".
+func (s *Server) routeError(w http.ResponseWriter, r *http.Request, api apiKind) {
+	// Let the mux decide between 404 and 405 and compute Allow.
+	h, _ := s.mux.Handler(r)
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	status := rec.status
+	if status != http.StatusMethodNotAllowed {
+		status = http.StatusNotFound
+	}
+	if allow := rec.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	aerr := &apiError{status: status}
+	switch {
+	case api.isOpenAI() && status == http.StatusMethodNotAllowed:
+		aerr.message = fmt.Sprintf("Invalid method for URL (%s %s)", r.Method, r.URL.Path)
+	case api.isOpenAI():
+		aerr.message = fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)
+	case status == http.StatusMethodNotAllowed:
+		aerr.message = "405 method not allowed"
+	default:
+		aerr.message = "404 page not found"
+	}
+	writeError(w, api, aerr)
+}
+
+// statusRecorder keeps the status and headers a handler writes and drops
+// its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
 
 // Close stops the server: /healthz turns 503, waiting and new generation
