@@ -47,8 +47,9 @@ func NewSimCommand() *cobra.Command {
 		Short: "Run a simulated LLM inference backend (Ollama and OpenAI APIs)",
 		Long: `Run a simulated LLM inference backend speaking the Ollama API (/api/chat,
 /api/generate, /api/embed, /api/show, /api/tags, ...) and the OpenAI API
-(/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models), with
-vLLM-style Prometheus metrics at /metrics and a readiness probe at /healthz.
+(/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,
+/v1/models), with vLLM-style Prometheus metrics at /metrics and a readiness
+probe at /healthz.
 
 Embeddings are deterministic unit vectors of --embedding-dim values derived
 from a hash of the text, answered at once outside the batch queue.

@@ -24,6 +24,7 @@
 //	POST /v1/chat/completions   OpenAI chat completions (SSE when stream=true)
 //	POST /v1/completions        OpenAI legacy completions (SSE when stream=true)
 //	POST /v1/embeddings         OpenAI embeddings (float or base64)
+//	POST /v1/responses          OpenAI Responses (semantic SSE events when stream=true)
 //	GET  /v1/models             OpenAI model list
 //	GET  /v1/models/{model}     OpenAI model
 //	GET  /metrics               Prometheus metrics with vLLM names

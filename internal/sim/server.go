@@ -96,6 +96,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generationHandler(apiOpenAIChat, parseOpenAIChat))
 	s.mux.HandleFunc("POST /v1/completions", s.generationHandler(apiOpenAICompletion, parseOpenAICompletion))
 	s.mux.HandleFunc("POST /v1/embeddings", s.handleOpenAIEmbeddings)
+	s.mux.HandleFunc("POST /v1/responses", s.generationHandler(apiOpenAIResponses, parseOpenAIResponses))
 	return s
 }
 
