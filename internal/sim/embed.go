@@ -19,8 +19,9 @@ const maxEmbedInputs = 2048
 // embedVector is the deterministic embedding of key: dim Gaussian values
 // drawn from a generator seeded by the SHA-256 of key, scaled to unit L2
 // norm. The generator (SplitMix64 and Box-Muller) is written out here so the
-// vectors never change with the Go release. Different keys give unrelated
-// directions: equal texts match exactly, nothing else is "similar".
+// vectors do not depend on math/rand's algorithms, which may change between
+// Go releases. Different keys give unrelated directions: equal texts match
+// exactly, nothing else is "similar".
 func embedVector(key string, dim int) []float32 {
 	sum := sha256.Sum256([]byte(key))
 	state := binary.LittleEndian.Uint64(sum[:8]) ^ binary.LittleEndian.Uint64(sum[8:16])
