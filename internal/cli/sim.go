@@ -32,6 +32,7 @@ type simOptions struct {
 	maxQueue      int
 	outputTokens  int
 	slowFactor    float64
+	embeddingDim  int
 	instanceID    string
 }
 
@@ -45,9 +46,13 @@ func NewSimCommand() *cobra.Command {
 		Use:   "sim",
 		Short: "Run a simulated LLM inference backend (Ollama and OpenAI APIs)",
 		Long: `Run a simulated LLM inference backend speaking the Ollama API (/api/chat,
-/api/generate, /api/tags, ...) and the OpenAI API (/v1/chat/completions,
-/v1/completions, /v1/models), with vLLM-style Prometheus metrics at /metrics
-and a readiness probe at /healthz.
+/api/generate, /api/embed, /api/show, /api/tags, ...) and the OpenAI API
+(/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,
+/v1/models), with vLLM-style Prometheus metrics at /metrics and a readiness
+probe at /healthz.
+
+Embeddings are deterministic unit vectors of --embedding-dim values derived
+from a hash of the text, answered at once outside the batch queue.
 
 Requests wait in a FIFO queue for one of --max-batch batch slots, then take
 --ttft to the first token and --token-time per further token, slowed down by
@@ -74,6 +79,7 @@ given and TIDEGPU_PORT is set.`,
 	f.IntVar(&o.maxQueue, "max-queue", 0, "maximum waiting requests, beyond which requests get 503 (0 = unlimited)")
 	f.IntVar(&o.outputTokens, "output-tokens", sim.DefaultOutputTokens, "tokens generated per answer unless the request sets a limit")
 	f.Float64Var(&o.slowFactor, "slow-factor", sim.DefaultSlowFactor, "multiplies --ttft and --token-time (makes this backend slower)")
+	f.IntVar(&o.embeddingDim, "embedding-dim", sim.DefaultEmbeddingDim, "dimension of the deterministic embedding vectors (/api/embed, /api/embeddings, /v1/embeddings)")
 	f.StringVar(&o.instanceID, "instance-id", os.Getenv("TIDEGPU_INSTANCE_ID"), "instance id reported in the X-Tidegpu-Instance header and metrics; defaults to $TIDEGPU_INSTANCE_ID")
 	return cmd
 }
@@ -100,6 +106,8 @@ func (o *simOptions) config() (sim.Config, error) {
 		return sim.Config{}, fmt.Errorf("invalid --output-tokens %d: must be between 1 and %d", o.outputTokens, sim.MaxOutputTokens)
 	case !(o.slowFactor > 0) || o.slowFactor > 1e6:
 		return sim.Config{}, fmt.Errorf("invalid --slow-factor %v: must be greater than 0 and at most 1e6", o.slowFactor)
+	case o.embeddingDim < 1 || o.embeddingDim > sim.MaxEmbeddingDim:
+		return sim.Config{}, fmt.Errorf("invalid --embedding-dim %d: must be between 1 and %d", o.embeddingDim, sim.MaxEmbeddingDim)
 	}
 	cfg := sim.Config{
 		Models:        o.models,
@@ -110,6 +118,7 @@ func (o *simOptions) config() (sim.Config, error) {
 		MaxQueue:      o.maxQueue,
 		OutputTokens:  o.outputTokens,
 		SlowFactor:    o.slowFactor,
+		EmbeddingDim:  o.embeddingDim,
 		InstanceID:    o.instanceID,
 	}
 	// In sim.Config zero means "default" and negative means an explicit

@@ -6,6 +6,7 @@ package cli_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -152,5 +153,35 @@ func TestSimCommandServesAndShutsDownGracefully(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("sim did not shut down")
+	}
+}
+
+func TestSimCommandEmbeddingDim(t *testing.T) {
+	for _, bad := range []string{"0", "-1", "1000000"} {
+		cmd := cli.NewSimCommand()
+		cmd.SetArgs([]string{"--embedding-dim", bad})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--embedding-dim") {
+			t.Errorf("--embedding-dim %s: error = %v, want one naming --embedding-dim", bad, err)
+		}
+	}
+
+	url, stop, done := startSim(t, "--addr", "127.0.0.1:0", "--embedding-dim", "12")
+	resp, err := http.Post(url+"/api/embed", "application/json", strings.NewReader(`{"model":"qwen2:0.5b","input":["a","b"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Embeddings [][]float32 `json:"embeddings"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if err != nil || len(body.Embeddings) != 2 || len(body.Embeddings[0]) != 12 || len(body.Embeddings[1]) != 12 {
+		t.Fatalf("embeddings = %v, %v; want two of 12 values", body.Embeddings, err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("sim exited with %v", err)
 	}
 }

@@ -15,7 +15,11 @@ const (
 	DefaultMaxBatch      = 8
 	DefaultOutputTokens  = 32
 	DefaultSlowFactor    = 1.0
+	DefaultEmbeddingDim  = 768
 )
+
+// MaxEmbeddingDim caps Config.EmbeddingDim.
+const MaxEmbeddingDim = 1 << 14
 
 // MaxOutputTokens caps the number of tokens one request may ask for
 // (options.num_predict, max_tokens, max_completion_tokens).
@@ -54,6 +58,10 @@ type Config struct {
 	// SlowFactor multiplies TTFT and TokenTime (makes one backend slower);
 	// default 1. Non-positive values mean the default.
 	SlowFactor float64
+	// EmbeddingDim is the dimension of the embedding vectors served by
+	// /api/embed, /api/embeddings and /v1/embeddings; default 768, capped at
+	// MaxEmbeddingDim. Non-positive values mean the default.
+	EmbeddingDim int
 	// InstanceID is reported in the X-Tidegpu-Instance response header and
 	// in the tidegpu_sim_info metric.
 	InstanceID string
@@ -112,4 +120,16 @@ func (cfg Config) withDefaults() Config {
 		out.SlowFactor = DefaultSlowFactor
 	}
 	return out
+}
+
+// embeddingDim returns the configured embedding dimension, or its default
+// when unset, capped at MaxEmbeddingDim.
+func (cfg Config) embeddingDim() int {
+	switch {
+	case cfg.EmbeddingDim <= 0:
+		return DefaultEmbeddingDim
+	case cfg.EmbeddingDim > MaxEmbeddingDim:
+		return MaxEmbeddingDim
+	}
+	return cfg.EmbeddingDim
 }

@@ -17,9 +17,14 @@
 //	POST /api/generate          Ollama generate (NDJSON streaming by default)
 //	GET  /api/tags              Ollama model list
 //	GET  /api/ps                Ollama running models
+//	POST /api/show              Ollama model information
+//	POST /api/embed             Ollama embeddings (input: string or []string)
+//	POST /api/embeddings        Ollama legacy embedding (prompt: string)
 //	GET  /api/version           Ollama version
 //	POST /v1/chat/completions   OpenAI chat completions (SSE when stream=true)
 //	POST /v1/completions        OpenAI legacy completions (SSE when stream=true)
+//	POST /v1/embeddings         OpenAI embeddings (float or base64)
+//	POST /v1/responses          OpenAI Responses (semantic SSE events when stream=true)
 //	GET  /v1/models             OpenAI model list
 //	GET  /v1/models/{model}     OpenAI model
 //	GET  /metrics               Prometheus metrics with vLLM names
@@ -32,6 +37,17 @@
 // queued for a batch slot), prompt_eval_duration (prefill), eval_count and
 // eval_duration (first to last token). A client that disconnects stops its
 // generation and frees its slot or queue place at once.
+//
+// Every error is in the shape of the API it came through: OpenAI's
+// {"error": {"message", "type", "param", "code"}} under /v1, Ollama's
+// {"error": "..."} under /api, including unknown routes (404) and wrong
+// methods (405 with Allow), so SDKs report them as their API errors.
+//
+// Embeddings are deterministic: Config.EmbeddingDim Gaussian values from a
+// generator seeded by the SHA-256 of the text, scaled to unit L2 norm, so
+// equal texts always get equal vectors (and unequal texts unrelated ones).
+// They are answered at once, outside the batch queue and the metrics, so
+// they do not change the load a gateway or autoscaler sees.
 //
 // Metrics use the names and the model_name label of vLLM
 // (vllm:num_requests_running, vllm:num_requests_waiting,

@@ -21,6 +21,9 @@ type emitter interface {
 
 func newEmitter(w http.ResponseWriter, req genRequest, id string) emitter {
 	base := emitBase{w: w, rc: http.NewResponseController(w), req: req}
+	if req.api == apiOpenAIResponses {
+		return &responsesEmitter{emitBase: base, id: id, created: time.Now().Unix()}
+	}
 	if req.api.isOpenAI() {
 		return &openAIEmitter{emitBase: base, id: id, created: time.Now().Unix()}
 	}

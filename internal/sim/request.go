@@ -17,10 +17,19 @@ const (
 	apiOllamaGenerate
 	apiOpenAIChat
 	apiOpenAICompletion
+	apiOllama // the other Ollama endpoints (/api/...)
+	apiOpenAI // the other OpenAI endpoints (/v1/...)
+	apiOpenAIResponses
 )
 
 // isOpenAI reports whether errors for k use the OpenAI error shape.
-func (k apiKind) isOpenAI() bool { return k == apiOpenAIChat || k == apiOpenAICompletion }
+func (k apiKind) isOpenAI() bool {
+	switch k {
+	case apiOpenAIChat, apiOpenAICompletion, apiOpenAI, apiOpenAIResponses:
+		return true
+	}
+	return false
+}
 
 // Finish reasons (Ollama done_reason, OpenAI finish_reason, vLLM
 // finished_reason label).
@@ -35,11 +44,12 @@ type genRequest struct {
 	api          apiKind
 	model        string // as the client spelled it; echoed back
 	stream       bool
-	includeUsage bool // OpenAI stream_options.include_usage
-	promptTokens int  // estimated, >= 1
-	seed         int  // start position in the generated text
-	limit        int  // requested number of output tokens; 0 = not set
-	loadOnly     bool // Ollama request without messages/prompt: only "load" the model
+	includeUsage bool    // OpenAI stream_options.include_usage
+	promptTokens int     // estimated, >= 1
+	seed         int     // start position in the generated text
+	limit        int     // requested number of output tokens; 0 = not set
+	loadOnly     bool    // Ollama request without messages/prompt: only "load" the model
+	instructions *string // OpenAI Responses: echoed back
 }
 
 // apiError is a client-visible error; it is rendered in the shape of the API

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -22,6 +23,9 @@ const InstanceHeader = "X-Tidegpu-Instance"
 
 // ollamaVersion is the Ollama API version the simulator reports.
 const ollamaVersion = "0.17.4"
+
+// contextLength is the context window every simulated model reports.
+const contextLength = 4096
 
 // maxBodyBytes bounds request bodies.
 const maxBodyBytes = 32 << 20
@@ -82,12 +86,17 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /api/version", s.handleVersion)
 	s.mux.HandleFunc("GET /api/tags", s.handleTags)
 	s.mux.HandleFunc("GET /api/ps", s.handlePS)
+	s.mux.HandleFunc("POST /api/show", s.handleShow)
+	s.mux.HandleFunc("POST /api/embed", s.handleOllamaEmbed)
+	s.mux.HandleFunc("POST /api/embeddings", s.handleOllamaEmbeddings)
 	s.mux.HandleFunc("POST /api/chat", s.generationHandler(apiOllamaChat, parseOllamaChat))
 	s.mux.HandleFunc("POST /api/generate", s.generationHandler(apiOllamaGenerate, parseOllamaGenerate))
 	s.mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
 	s.mux.HandleFunc("GET /v1/models/{model...}", s.handleOpenAIModel)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.generationHandler(apiOpenAIChat, parseOpenAIChat))
 	s.mux.HandleFunc("POST /v1/completions", s.generationHandler(apiOpenAICompletion, parseOpenAICompletion))
+	s.mux.HandleFunc("POST /v1/embeddings", s.handleOpenAIEmbeddings)
+	s.mux.HandleFunc("POST /v1/responses", s.generationHandler(apiOpenAIResponses, parseOpenAIResponses))
 	return s
 }
 
@@ -102,7 +111,76 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.InstanceID != "" {
 		w.Header().Set(InstanceHeader, s.cfg.InstanceID)
 	}
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		if api, ok := apiOfPath(r.URL.Path); ok {
+			s.routeError(w, r, api)
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// apiOfPath tells which API's error shape a path outside the served routes
+// gets: OpenAI's under /v1, Ollama's under /api; other paths keep the plain
+// text of net/http.
+func apiOfPath(path string) (apiKind, bool) {
+	switch {
+	case path == "/v1" || strings.HasPrefix(path, "/v1/"):
+		return apiOpenAI, true
+	case path == "/api" || strings.HasPrefix(path, "/api/"):
+		return apiOllama, true
+	}
+	return 0, false
+}
+
+// routeError answers a request no route matches (404) or no route matches
+// with this method (405, with its Allow header) in the error shape of api.
+// The messages are the servers' own: OpenAI's "Invalid URL (GET /v1/x)" and
+// Ollama's (gin's) "404 page not found".
+func (s *Server) routeError(w http.ResponseWriter, r *http.Request, api apiKind) {
+	// Let the mux decide between 404 and 405 and compute Allow.
+	h, _ := s.mux.Handler(r)
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	status := rec.status
+	if status != http.StatusMethodNotAllowed {
+		status = http.StatusNotFound
+	}
+	if allow := rec.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	aerr := &apiError{status: status}
+	switch {
+	case api.isOpenAI() && status == http.StatusMethodNotAllowed:
+		aerr.message = fmt.Sprintf("Invalid method for URL (%s %s)", r.Method, r.URL.Path)
+	case api.isOpenAI():
+		aerr.message = fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)
+	case status == http.StatusMethodNotAllowed:
+		aerr.message = "405 method not allowed"
+	default:
+		aerr.message = "404 page not found"
+	}
+	writeError(w, api, aerr)
+}
+
+// statusRecorder keeps the status and headers a handler writes and drops
+// its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
 
 // Close stops the server: /healthz turns 503, waiting and new generation
@@ -187,6 +265,7 @@ func modelNotFound(api apiKind, model string) *apiError {
 // modelInfo describes a served model deterministically from its name.
 type modelInfo struct {
 	family, parameterSize string
+	parameterCount        int64 // 0 when the tag does not say
 	size                  int64
 	digest                string
 }
@@ -204,6 +283,7 @@ func describeModel(name string) modelInfo {
 	if num, ok := strings.CutSuffix(strings.ToLower(p), "b"); ok {
 		if f, err := strconv.ParseFloat(num, 64); err == nil && f > 0 && f < 1e4 {
 			info.parameterSize = strings.ToUpper(p)
+			info.parameterCount = int64(f * 1e9)
 			info.size = int64(f * 0.6e9) // about 4.8 bits per weight
 		}
 	}
@@ -262,7 +342,7 @@ func (s *Server) handlePS(w http.ResponseWriter, r *http.Request) {
 		mi := describeModel(name)
 		models = append(models, model{Name: name, Model: name, Size: mi.size, Digest: mi.digest,
 			Details: mi.details(), ExpiresAt: time.Now().Add(24 * time.Hour).UTC(),
-			SizeVRAM: mi.size, ContextLength: 4096})
+			SizeVRAM: mi.size, ContextLength: contextLength})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
@@ -298,14 +378,9 @@ func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
 // generationHandler returns the handler of a generation endpoint.
 func (s *Server) generationHandler(api apiKind, parse func([]byte) (genRequest, *apiError)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeError(w, api, &apiError{status: http.StatusRequestEntityTooLarge, message: "request body too large"})
-				return
-			}
-			writeError(w, api, badRequest("reading request body: %v", err))
+		body, aerr := readBody(w, r)
+		if aerr != nil {
+			writeError(w, api, aerr)
 			return
 		}
 		req, aerr := parse(body)
@@ -320,6 +395,19 @@ func (s *Server) generationHandler(api apiKind, parse func([]byte) (genRequest, 
 		}
 		s.generate(r.Context(), w, req, model)
 	}
+}
+
+// readBody reads a request body of at most maxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, message: "request body too large"}
+		}
+		return nil, badRequest("reading request body: %v", err)
+	}
+	return body, nil
 }
 
 // errAborted ends a generation when the server is closed.
