@@ -98,11 +98,18 @@ var (
 	reEvalOll    = regexp.MustCompile(`"eval_count"\s*:\s*(\d{1,12})`)
 	rePromptOpen = regexp.MustCompile(`"prompt_tokens"\s*:\s*(\d{1,12})`)
 	reCompOpen   = regexp.MustCompile(`"completion_tokens"\s*:\s*(\d{1,12})`)
+	// The Responses API's usage (a whole answer, or the response.completed
+	// event that ends a stream).
+	reInputResp  = regexp.MustCompile(`"input_tokens"\s*:\s*(\d{1,12})`)
+	reOutputResp = regexp.MustCompile(`"output_tokens"\s*:\s*(\d{1,12})`)
 )
 
 // ParseUsage reads the token counts from the end of an answer (outside
-// input): the last Ollama counts or OpenAI usage, and the model. ok is false
-// when the tail carries no counts (an unfinished stream, an error).
+// input): the last Ollama counts, OpenAI chat/completions usage, Responses
+// usage (input_tokens/output_tokens), or an embedding's prompt count alone
+// (Ollama /api/embed prompt_eval_count, OpenAI /v1/embeddings
+// prompt_tokens), and the model. ok is false when the tail carries no
+// counts (an unfinished stream, a stream without usage, an error).
 func ParseUsage(tail []byte) (model string, prompt, completion int64, ok bool) {
 	last := func(re *regexp.Regexp) (string, bool) {
 		m := re.FindAllSubmatch(tail, -1)
@@ -128,6 +135,15 @@ func ParseUsage(tail []byte) (model string, prompt, completion int64, ok bool) {
 	if c, found := last(reCompOpen); found {
 		p, _ := last(rePromptOpen)
 		return model, num(p), num(c), true
+	}
+	if c, found := last(reOutputResp); found {
+		p, _ := last(reInputResp)
+		return model, num(p), num(c), true
+	}
+	for _, re := range []*regexp.Regexp{rePromptOll, rePromptOpen} {
+		if p, found := last(re); found {
+			return model, num(p), 0, true
+		}
 	}
 	return model, 0, 0, false
 }
