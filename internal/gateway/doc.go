@@ -66,6 +66,17 @@
 // that count is exact: once it has been observed at 0 after SetBackends
 // marked the backend draining or removed it, no request will start on it.
 //
+// # Token usage of streams
+//
+// With Options.OnUsage set, a streamed POST /v1/chat/completions or
+// /v1/completions whose client did not ask for stream_options.include_usage
+// is sent to the backend with it set (the rest of the JSON body kept), and
+// the usage chunk that then ends the stream (the data event before
+// data: [DONE] whose choices are empty) goes to OnUsage instead of the
+// client. Other bodies (not streamed, not a JSON object, already asking)
+// pass unchanged. The client's other chunks carry "usage": null, as the
+// OpenAI API sends them when asked.
+//
 // A server that serves a Gateway must not set http.Server.WriteTimeout (it
 // would cut long generations), and a panic-recovering middleware in front of
 // it must re-panic http.ErrAbortHandler.

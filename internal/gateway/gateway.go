@@ -151,6 +151,17 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Logger gets health transitions. nil means no logging.
 	Logger *slog.Logger
+
+	// OnUsage, if non-nil, is given the token counts of OpenAI-style
+	// streams whose client did not ask for them: on a streamed POST
+	// /v1/chat/completions or /v1/completions without
+	// stream_options.include_usage, the gateway sets it on the request to
+	// the backend, removes the usage chunk from the client's stream and
+	// calls OnUsage with it as soon as it arrives, before the rest of the
+	// stream reaches the client (concurrently for concurrent requests). The client's other chunks carry "usage": null,
+	// as the OpenAI API sends them with include_usage. nil: requests and
+	// streams pass unchanged.
+	OnUsage UsageFunc
 }
 
 // Gateway is the data plane: an http.Handler that proxies each request to
@@ -184,6 +195,7 @@ type Gateway struct {
 	metricsErr      atomic.Pointer[string] // the source's last error; nil if it worked
 	metricsDone     chan struct{}
 	latencyDecay    time.Duration
+	onUsage         UsageFunc // nil: streams' usage is not asked for
 
 	table  atomic.Pointer[table]
 	splits atomic.Pointer[map[string][]VersionWeight] // nil: no version split
@@ -241,6 +253,7 @@ func New(opts Options) (*Gateway, error) {
 		metricsInterval: opts.MetricsInterval,
 		metricsMaxAge:   opts.MetricsMaxAge,
 		latencyDecay:    opts.LatencyDecay,
+		onUsage:         opts.OnUsage,
 		changed:         make(chan struct{}),
 		kick:            make(chan struct{}, 1),
 	}

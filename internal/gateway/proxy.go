@@ -59,6 +59,9 @@ type exchange struct {
 	deadline time.Time // end of the wait for a backend; zero until the first wait
 	model    string    // the body's "model", if hasModel
 	hasModel bool
+	// stripUsage: the gateway asked the backend for the stream's usage,
+	// which goes to Options.OnUsage instead of the client.
+	stripUsage bool
 
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
@@ -96,8 +99,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, start, code, "cannot read request body")
 		return
 	}
+	stripUsage := false
+	if g.onUsage != nil && r.Method == http.MethodPost && usagePath(path) {
+		body, stripUsage = withStreamUsage(body, g.maxBody)
+	}
 	e := &exchange{
-		g: g, w: w, r: r, start: start, body: body,
+		g: g, w: w, r: r, start: start, body: body, stripUsage: stripUsage,
 		path: path, rawPath: rawPath, pool: r.Header.Get(PoolHeader),
 		tmpl: &http.Request{
 			Method:        r.Method,
@@ -414,6 +421,10 @@ var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // does not take the truncated body for a complete one.
 func (e *exchange) commit(a *attempt) {
 	g, u, resp := e.g, a.u, a.resp
+	var strip *usageStrip
+	if e.stripUsage && resp.StatusCode == http.StatusOK && hasPrefixFold(resp.Header.Get("Content-Type"), "text/event-stream") {
+		strip = &usageStrip{report: g.onUsage, backend: u.id, reqBody: e.body}
+	}
 	defer func() {
 		_ = resp.Body.Close()
 		g.metrics.request(u.pool, u.id, resp.StatusCode, time.Since(e.start))
@@ -451,7 +462,13 @@ func (e *exchange) commit(a *attempt) {
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
-			if _, werr := e.w.Write(buf[:n]); werr != nil {
+			var werr error
+			if strip != nil {
+				werr = strip.write(e.w, buf[:n])
+			} else {
+				_, werr = e.w.Write(buf[:n])
+			}
+			if werr != nil {
 				return // the client went away; not the backend's fault
 			}
 			if rc != nil {
@@ -461,6 +478,9 @@ func (e *exchange) commit(a *attempt) {
 			}
 		}
 		if rerr == io.EOF {
+			if strip != nil && strip.flush(e.w) == nil && rc != nil {
+				_ = rc.Flush()
+			}
 			break
 		}
 		if rerr != nil {
