@@ -123,7 +123,11 @@ func Run(ctx context.Context, o Options) error {
 	// The backends' own /metrics (queue depth, batch, KV cache, TTFT, in
 	// any known family's names) feed the default p2c policy; backends
 	// without them (Ollama) fall back to the gateway's own measurements.
-	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond}
+	// The recorder gets the gateway and the ledger below, before the
+	// gateway serves its first request.
+	usage := &usageRecorder{}
+	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond,
+		OnUsage: usage.streamUsage}
 	if !o.NoBackendMetrics {
 		scrape := metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily})
 		defer scrape.Close()
@@ -265,7 +269,8 @@ func Run(ctx context.Context, o Options) error {
 	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
 	go sampler.Run(engineCtx)
 	go meterBusy(engineCtx, gw, ledger, 200*time.Millisecond)
-	gwSrv := &http.Server{Handler: &usageRecorder{next: gw, ledger: ledger}, ReadHeaderTimeout: 10 * time.Second}
+	usage.next, usage.ledger = gw, ledger
+	gwSrv := &http.Server{Handler: usage, ReadHeaderTimeout: 10 * time.Second}
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}

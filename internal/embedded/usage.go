@@ -20,10 +20,19 @@ const tailSize = 4096
 
 // usageRecorder wraps the gateway and, after each answer, records the
 // tokens it carried (Ollama prompt_eval_count/eval_count, OpenAI usage) in
-// the cost ledger for the backend that served it (X-Tidegpu-Backend).
+// the cost ledger for the backend that served it (X-Tidegpu-Backend). The
+// usage of OpenAI streams whose client did not ask for it never reaches the
+// client, so never the tail: the gateway hands it to streamUsage
+// (gateway.Options.OnUsage) instead.
 type usageRecorder struct {
 	next   http.Handler
 	ledger *cost.Ledger
+}
+
+// streamUsage records the usage chunk the gateway removed from a stream;
+// it is the gateway's Options.OnUsage.
+func (u *usageRecorder) streamUsage(backendID, model string, prompt, completion int64) {
+	u.ledger.AddTokens(backendID, model, prompt, completion, time.Now())
 }
 
 func (u *usageRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -2,9 +2,20 @@ package embedded
 
 import (
 	"bytes"
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/market"
+	"github.com/tidegpu/tidegpu/internal/sim"
 )
 
 func TestParseUsage(t *testing.T) {
@@ -73,4 +84,100 @@ func FuzzParseUsage(f *testing.F) {
 			t.Fatalf("ParseUsage(%q) = %d %d %t", b, p, c, ok)
 		}
 	})
+}
+
+// The usage of a stream reaches the ledger exactly once, whether or not the
+// client asked for it (OpenAI API reference, "Create chat completion" →
+// stream_options.include_usage: the usage chunk is "an additional chunk ...
+// streamed before the data: [DONE] message"): through the real gateway onto
+// the simulator.
+func TestStreamUsageReachesTheLedger(t *testing.T) {
+	s := sim.New(sim.Config{TTFT: -1, TokenTime: -1, InstanceID: "i-1"})
+	backend := httptest.NewServer(s)
+	t.Cleanup(func() { backend.Close(); s.Close() })
+
+	ledger := cost.NewLedger(cost.Options{})
+	info := cost.InstanceInfo{ID: "i-1", Pool: "chat", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a",
+		InstanceType: "g5.xlarge", Market: market.Spot}
+	start := time.Now().Add(-time.Minute)
+	eff, list, err := (&cost.Resolver{Catalog: market.DefaultCatalog()}).Prices(info.Query(), start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Start(info, start, eff, list); err != nil {
+		t.Fatal(err)
+	}
+	rec := &usageRecorder{ledger: ledger}
+	gw, err := gateway.New(gateway.Options{ProbeInterval: -1, WaitForBackend: -1, OnUsage: rec.streamUsage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	rec.next = gw
+	gw.SetBackends("chat", []gateway.Backend{{ID: "i-1", Pool: "chat", Address: strings.TrimPrefix(backend.URL, "http://")}})
+	front := httptest.NewServer(rec)
+	t.Cleanup(front.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream := func(base string, includeUsage bool) (openai.CompletionUsage, int) {
+		c := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+		params := openai.ChatCompletionNewParams{
+			Model:     "qwen2:0.5b",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("How many tokens is this?")},
+			MaxTokens: openai.Int(9),
+		}
+		if includeUsage {
+			params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		st := c.Chat.Completions.NewStreaming(ctx, params)
+		var usage openai.CompletionUsage
+		usageChunks := 0
+		for st.Next() {
+			if ch := st.Current(); len(ch.Choices) == 0 {
+				usage = ch.Usage
+				usageChunks++
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return usage, usageChunks
+	}
+	// What the simulator generates for this request, asked straight.
+	want, _ := stream(backend.URL, true)
+	if want.CompletionTokens != 9 || want.PromptTokens == 0 {
+		t.Fatalf("simulator's usage: %+v", want)
+	}
+	tokens := func() (prompt, completion float64) {
+		for _, r := range ledger.Report("chat", cost.Window{To: time.Now().Add(time.Hour)}) {
+			for _, m := range r.Models {
+				if m.Model == "qwen2:0.5b" {
+					prompt, completion = prompt+m.PromptTokens, completion+m.CompletionTokens
+				}
+			}
+		}
+		return prompt, completion
+	}
+
+	if _, n := stream(front.URL, false); n != 0 {
+		t.Fatalf("client without include_usage got %d usage chunks", n)
+	}
+	if p, c := tokens(); p != float64(want.PromptTokens) || c != float64(want.CompletionTokens) {
+		t.Fatalf("ledger after a stream without include_usage: %v prompt, %v completion; want %d, %d", p, c, want.PromptTokens, want.CompletionTokens)
+	}
+	if got, n := stream(front.URL, true); n != 1 || got.PromptTokens != want.PromptTokens || got.CompletionTokens != want.CompletionTokens {
+		t.Fatalf("client with include_usage: %d usage chunks, %+v", n, got)
+	}
+	// The recorder reads the tail once the gateway's handler has returned,
+	// which may be after the client has read the end of the stream.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		p, c := tokens()
+		if p == 2*float64(want.PromptTokens) && c == 2*float64(want.CompletionTokens) {
+			break
+		}
+		if time.Now().After(deadline) || p > 2*float64(want.PromptTokens) {
+			t.Fatalf("ledger after both streams: %v prompt, %v completion; want twice %d, %d", p, c, want.PromptTokens, want.CompletionTokens)
+		}
+	}
 }
