@@ -29,8 +29,9 @@ func usagePath(path string) bool {
 
 // withStreamUsage returns body with stream_options.include_usage set to true
 // if body is a JSON object with "stream": true that does not already ask for
-// usage, and reports whether it changed body. Every other field is kept
-// (values byte for byte; the order of the top-level keys may change). A
+// usage, and reports whether it changed body. Every other field is kept:
+// byte for byte when the body has no stream_options (the field is added at
+// the end), otherwise as values byte for byte, the object re-encoded. A
 // body that is not such an object, or whose rewrite would be larger than
 // limit, is returned unchanged.
 func withStreamUsage(body []byte, limit int64) ([]byte, bool) {
@@ -46,8 +47,22 @@ func withStreamUsage(body []byte, limit int64) ([]byte, bool) {
 	if raw, ok := obj["stream"]; !ok || json.Unmarshal(raw, &stream) != nil || !stream {
 		return body, false
 	}
+	raw, ok := obj["stream_options"]
+	if !ok {
+		// The common case: add the field before the closing brace, so the
+		// client's bytes stay as they are. The object has a member
+		// ("stream"), so a comma goes first.
+		const field = `,"stream_options":{"include_usage":true}`
+		end := len(bytes.TrimRight(body, " \t\r\n")) - 1 // the closing brace
+		if int64(len(body)+len(field)) > limit {
+			return body, false
+		}
+		out := make([]byte, 0, len(body)+len(field))
+		out = append(append(append(out, body[:end]...), field...), body[end:]...)
+		return out, true
+	}
 	opts := map[string]json.RawMessage{}
-	if raw, ok := obj["stream_options"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+	if !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		if json.Unmarshal(raw, &opts) != nil || opts == nil {
 			return body, false // not an object: the backend's to reject
 		}

@@ -32,14 +32,18 @@ func TestWithStreamUsage(t *testing.T) {
 		want     string // when changed
 	}{
 		{"streamed, no options", `{"model":"m","stream":true,"messages":[{"role":"user","content":"<b>&</b>"}]}`, true,
-			`{"messages":[{"role":"user","content":"<b>&</b>"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+			`{"model":"m","stream":true,"messages":[{"role":"user","content":"<b>&</b>"}],"stream_options":{"include_usage":true}}`},
+		{"streamed, spaces kept", "{ \"stream\" : true }\n", true,
+			"{ \"stream\" : true ,\"stream_options\":{\"include_usage\":true}}\n"},
+		{"streamed, options re-encoded", `{"model":"m","stream":true,"stream_options":{}}`, true,
+			`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
 		{"streamed, other options kept", `{"stream":true,"stream_options":{"include_obfuscation":false}}`, true,
 			`{"stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}`},
 		{"streamed, include_usage false", `{"stream":true,"stream_options":{"include_usage":false}}`, true,
 			`{"stream":true,"stream_options":{"include_usage":true}}`},
 		{"streamed, options null", `{"stream":true,"stream_options":null}`, true,
 			`{"stream":true,"stream_options":{"include_usage":true}}`},
-		{"big numbers kept as written", `{"stream":true,"seed":12345678901234567890,"temperature":1.0e0}`, true,
+		{"big numbers kept as written", `{"stream":true,"seed":12345678901234567890,"stream_options":null,"temperature":1.0e0}`, true,
 			`{"seed":12345678901234567890,"stream":true,"stream_options":{"include_usage":true},"temperature":1.0e0}`},
 		{"client asked", `{"stream":true,"stream_options":{"include_usage":true}}`, false, ""},
 		{"not streamed", `{"model":"m","stream":false}`, false, ""},
@@ -100,6 +104,12 @@ func FuzzWithStreamUsage(f *testing.F) {
 		}
 		if len(after) != len(before) && len(after) != len(before)+1 {
 			t.Fatalf("fields lost: %q -> %q", in, out)
+		}
+		if _, had := before["stream_options"]; !had {
+			end := bytes.LastIndexByte(in, '}')
+			if !bytes.HasPrefix(out, in[:end]) || !bytes.HasSuffix(out, in[end:]) {
+				t.Fatalf("the client's bytes changed: %q -> %q", in, out)
+			}
 		}
 		for k, v := range before {
 			if k == "stream_options" {
@@ -366,6 +376,19 @@ func TestStreamUsageNeedsOnUsage(t *testing.T) {
 	for _, c := range streamChat(t, h.srv.URL, false) {
 		if len(c.Choices) == 0 || strings.Contains(c.RawJSON(), `"usage"`) {
 			t.Fatalf("without OnUsage the request changed: %s", c.RawJSON())
+		}
+	}
+}
+
+// BenchmarkUsageStripToken measures passing on one token chunk of a stream
+// whose usage the gateway asked for: no allocation.
+func BenchmarkUsageStripToken(b *testing.B) {
+	var s usageStrip
+	ev := []byte(tokenEvent)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.write(io.Discard, ev); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
