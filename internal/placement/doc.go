@@ -41,33 +41,24 @@
 // had an instance preempted within the memory's TTL, 3 minutes by
 // default). Among usable offerings, those not preempted (no preemption
 // within the memory's preempted hold: its PreemptedTTL, 1 hour by default,
-// or the adaptive hold below; SpotHedge's "active" zones as opposed to its
+// below; SpotHedge's "active" zones as opposed to its
 // "preempted" ones) come first; then, with CheapFirst, the cheaper price;
 // then the one whose zone
 // holds the fewest of the pool's live spot instances (counting the
-// launches already decided); then the one whose region (RegionOf: zones of
+// launches already decided); then the one whose region (market.RegionOf: zones of
 // one region often fail together) holds the fewest (with SpreadRegions
 // the region comes before the zone); then the cheaper
 // price; then the zone and instance type in name order. A preempted zone
 // is thus used again only when no other zone can take the launch, or once
 // its preempted hold is over. With MaxPerZone set, an offering whose zone
 // already holds MaxPerZone of the pool's live spot (counting the launches
-// decided) is not usable either; with MaxPerPreemptedZone set, neither is
-// a preempted offering whose zone already holds MaxPerPreemptedZone of the
-// pool's live spot. When no spot offering is usable, the
+// decided) is not usable either. When no spot offering is usable, the
 // remaining spot launches are Unplaced (with a note naming what was
 // skipped and why); there is no on-demand substitute for them except the
 // fallback and the cover below, and none for the Overprovision part.
 //
-// The preempted hold. By default a preemption holds its offering preempted
-// for the PreemptedTTL. With CapacityMemory.SetPreemptedBackoff(max,
-// window) it is adaptive: a preemption at least the memory's TTL after the
-// start of the offering's latest episode starts an episode, which holds it
-// preempted for
-// min(max, PreemptedTTL x 2^(k-1)), k the offering's episodes within the
-// window (24 hours by default) counting this one; a zone that keeps
-// losing instances stays at risk longer, one that lost a single instance
-// does not, and the hold shrinks back once its episodes age out.
+// The preempted hold. A preemption holds its offering preempted for
+// DefaultPreemptedTTL.
 //
 // Fallback. Without SpotFallback the pool keeps exactly base on-demand
 // instances. With it, on-demand instances cover the part of N - base that
@@ -92,10 +83,7 @@
 //
 // coverLaunch is coverKeep with EagerFallback. The pool launches on-demand
 // up to max(launchOD, coverLaunch) and keepOD becomes max(keepOD,
-// coverKeep). With CoverPreemptedOnly only the domains holding a live spot
-// instance whose offering is Preempted in the CapacityMemory count (a zone
-// that lost an instance within its preempted hold is at risk; the others
-// are taken to survive). The cover needs no SpotFallback.
+// coverKeep). The cover needs no SpotFallback.
 //
 // Retirement, without a dip. On-demand instances beyond keepOD are retired;
 // since keepOD only falls when ready spot rises, an on-demand stand-in

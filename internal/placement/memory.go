@@ -22,9 +22,6 @@ const (
 	// preemption is placed after the zones that did not (SpotHedge's
 	// "preempted" set).
 	DefaultPreemptedTTL = time.Hour
-	// DefaultBackoffWindow is how far back SetPreemptedBackoff counts a
-	// zone's preemptions.
-	DefaultBackoffWindow = 24 * time.Hour
 )
 
 // Key names an offering: zone x instance type x market.
@@ -78,18 +75,11 @@ var (
 // PreemptedTTL. Time comes from its injected clock. It is safe for
 // concurrent use; a nil *CapacityMemory remembers nothing.
 type CapacityMemory struct {
-	clock        clock.PassiveClock
-	ttl          time.Duration
-	preemptedTTL time.Duration
-	// backoffMax > preemptedTTL turns on the adaptive hold (see
-	// SetPreemptedBackoff); backoffWindow is how far back it counts.
-	backoffMax, backoffWindow time.Duration
+	clock clock.PassiveClock
+	ttl   time.Duration
 
 	mu sync.Mutex
 	m  map[Key]Blocked
-	// episodes holds, per key, the start of each preemption episode within
-	// backoffWindow (only with the adaptive hold).
-	episodes map[Key][]time.Time
 
 	// losses and timing are what the pool learnt of its market
 	// (LossRates, Timing); accruedAt is the last Accrue.
@@ -101,7 +91,7 @@ type CapacityMemory struct {
 
 // NewCapacityMemory returns an empty memory whose entries last ttl
 // (DefaultCapacityTTL when ttl <= 0) on clk (the real clock when nil), and
-// whose preemptions count for DefaultPreemptedTTL (see SetPreemptedTTL).
+// whose preemptions count for DefaultPreemptedTTL.
 func NewCapacityMemory(clk clock.PassiveClock, ttl time.Duration) *CapacityMemory {
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -109,80 +99,7 @@ func NewCapacityMemory(clk clock.PassiveClock, ttl time.Duration) *CapacityMemor
 	if ttl <= 0 {
 		ttl = DefaultCapacityTTL
 	}
-	return &CapacityMemory{clock: clk, ttl: ttl, preemptedTTL: DefaultPreemptedTTL, m: map[Key]Blocked{}, episodes: map[Key][]time.Time{}}
-}
-
-// SetPreemptedBackoff makes the preempted hold adaptive, as SpotHedge's
-// preempted set is meant to be: an offering that keeps losing instances
-// stays preempted (at risk) longer, one that lost a single instance does
-// not hold the pool's cover for hours. A preemption recorded at least the
-// TTL after the start of the offering's latest episode starts an episode
-// (the instances a zone loses at once are one episode); the episode holds
-// the offering preempted for
-//
-//	hold = min(max, PreemptedTTL x 2^(k-1))
-//
-// where k counts the offering's episodes within window (DefaultBackoffWindow
-// when window <= 0) up to and including this one. A preemption within an
-// episode extends the hold by the same amount from its own time. Episodes
-// older than window stop counting, so the hold shrinks back to
-// PreemptedTTL once an offering has been stable for a window. max <= the
-// PreemptedTTL turns the adaptive hold off (every preemption holds for the
-// PreemptedTTL). It applies to preemptions recorded from now on.
-func (m *CapacityMemory) SetPreemptedBackoff(max, window time.Duration) {
-	if m == nil {
-		return
-	}
-	if window <= 0 {
-		window = DefaultBackoffWindow
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.backoffMax, m.backoffWindow = max, window
-}
-
-// holdFor returns how long a preemption of k recorded at now holds it
-// preempted, recording the episode; m.mu is held.
-func (m *CapacityMemory) holdFor(k Key, now time.Time) time.Duration {
-	if m.preemptedTTL <= 0 {
-		return 0
-	}
-	if m.backoffMax <= m.preemptedTTL {
-		return m.preemptedTTL
-	}
-	eps := m.episodes[k]
-	keep := eps[:0]
-	for _, t := range eps {
-		if now.Sub(t) < m.backoffWindow {
-			keep = append(keep, t)
-		}
-	}
-	if len(keep) == 0 || now.Sub(keep[len(keep)-1]) >= m.ttl {
-		keep = append(keep, now)
-	}
-	m.episodes[k] = keep
-	return backoffHold(m.preemptedTTL, m.backoffMax, len(keep))
-}
-
-// backoffHold is min(max, base x 2^(k-1)) for k >= 1.
-func backoffHold(base, max time.Duration, k int) time.Duration {
-	h := base
-	for i := 1; i < k && h < max; i++ {
-		h *= 2
-	}
-	return min(h, max)
-}
-
-// SetPreemptedTTL sets how long a preemption puts its offering after the
-// others; 0 or less turns that off (a preemption then only blocks for the
-// TTL). It applies to preemptions recorded from now on.
-func (m *CapacityMemory) SetPreemptedTTL(d time.Duration) {
-	if m == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.preemptedTTL = max(d, 0)
+	return &CapacityMemory{clock: clk, ttl: ttl, m: map[Key]Blocked{}}
 }
 
 // TTL is how long a refusal or preemption blocks an offering.
@@ -220,8 +137,8 @@ func (m *CapacityMemory) RecordPreemption(k Key) {
 	b := m.m[k]
 	b.Key, b.Until, b.Why = k, now.Add(m.ttl), "preempted"
 	m.countLoss(now)
-	if hold := m.holdFor(k, now); hold > 0 && now.Add(hold).After(b.PreemptedUntil) {
-		b.PreemptedUntil = now.Add(hold)
+	if until := now.Add(DefaultPreemptedTTL); until.After(b.PreemptedUntil) {
+		b.PreemptedUntil = until
 	}
 	m.m[k] = b
 }
@@ -238,7 +155,7 @@ func (m *CapacityMemory) Observe(k Key, err error) bool {
 }
 
 // Forget drops what is known of k, for example once an instance launched
-// there became ready; the episodes counted by the adaptive hold are kept.
+// there became ready.
 func (m *CapacityMemory) Forget(k Key) {
 	if m == nil {
 		return

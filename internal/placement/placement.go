@@ -51,30 +51,17 @@ type Policy struct {
 	// and retired like it, once ready spot outside the largest domain
 	// covers N. Empty: no cover.
 	CoverLoss Domain `json:"coverLoss,omitempty"`
-	// CoverPreemptedOnly narrows CoverLoss to the domains at risk: those
-	// holding a live spot instance whose offering lost an instance to a
-	// preemption within the CapacityMemory's PreemptedTTL (SpotHedge's
-	// "preempted" zones). Spot elsewhere is taken to survive.
-	CoverPreemptedOnly bool `json:"coverPreemptedOnly,omitempty"`
 	// SpreadRegions ranks the region holding the fewest of the pool's spot
 	// before the zone holding the fewest (zones of one region often fail
 	// together). Without it the zone comes first and the region only breaks
 	// ties. Best with MaxPerZone: without a cap it can fill the one zone a
 	// region has capacity in.
 	SpreadRegions bool `json:"spreadRegions,omitempty"`
-	// MaxPerPreemptedZone caps the pool's live spot in a zone whose
-	// offering is preempted in the CapacityMemory (lost an instance within
-	// its preempted hold): no spot launch goes there while the zone holds
-	// that many; 0 means no cap beyond MaxPerZone. With 1 the zone keeps
-	// one instance as a canary (its next preemption renews the hold), and
-	// spot it cannot take is Unplaced, covered by the fallback. Running
-	// instances are not retired for it.
-	MaxPerPreemptedZone int `json:"maxPerPreemptedZone,omitempty"`
 	// CheapFirst ranks spot offerings by price before spread: among usable
 	// offerings (after the preference for zones not preempted), the
 	// cheaper comes first and the zone (and region) holding fewer of the
-	// pool's spot only breaks ties. Spread then comes from MaxPerZone and
-	// MaxPerPreemptedZone; without a cap the pool fills the cheapest zone.
+	// pool's spot only breaks ties. Spread then comes from MaxPerZone;
+	// without a cap the pool fills the cheapest zone.
 	CheapFirst bool `json:"cheapFirst,omitempty"`
 	// Standby is the number of stopped on-demand instances to keep as a
 	// warm standby (the Stopped instances of an EC2 Auto Scaling warm
@@ -99,7 +86,7 @@ type Domain string
 const (
 	// DomainZone: an availability zone.
 	DomainZone Domain = "Zone"
-	// DomainRegion: all the zones of a region (RegionOf).
+	// DomainRegion: all the zones of a region (market.RegionOf).
 	DomainRegion Domain = "Region"
 )
 
@@ -114,12 +101,6 @@ func (p Policy) Validate() error {
 	}
 	if p.CoverLoss != "" && p.CoverLoss != DomainZone && p.CoverLoss != DomainRegion {
 		errs = append(errs, fmt.Errorf("%w: coverLoss %q: want %q, %q or empty", ErrInvalidPolicy, p.CoverLoss, DomainZone, DomainRegion))
-	}
-	if p.CoverPreemptedOnly && p.CoverLoss == "" {
-		errs = append(errs, fmt.Errorf("%w: coverPreemptedOnly needs coverLoss", ErrInvalidPolicy))
-	}
-	if p.MaxPerPreemptedZone < 0 {
-		errs = append(errs, fmt.Errorf("%w: maxPerPreemptedZone %d: want 0 (no cap) or more", ErrInvalidPolicy, p.MaxPerPreemptedZone))
 	}
 	if p.MaxPerZone < 0 {
 		errs = append(errs, fmt.Errorf("%w: maxPerZone %d: want 0 (no cap) or more", ErrInvalidPolicy, p.MaxPerZone))
@@ -260,7 +241,7 @@ func count(insts []Instance) counts {
 		}
 		c.spotLive++
 		c.spotByZone[in.Zone]++
-		c.spotByRegion[RegionOf(in.Zone)]++
+		c.spotByRegion[market.RegionOf(in.Zone)]++
 		if in.Ready {
 			c.spotReady++
 			c.spotReadyByZone[in.Zone]++
@@ -297,15 +278,15 @@ func (p Policy) Decide(in Input) Decision {
 		if !ok {
 			d.Unplaced = spotTarget - i
 			why := "no usable spot offering"
-			if (p.MaxPerZone > 0 || p.MaxPerPreemptedZone > 0) && len(spotOffers) > 0 {
-				why = fmt.Sprintf("no usable spot offering in a zone below its cap (maxPerZone %d, maxPerPreemptedZone %d; 0: none)", p.MaxPerZone, p.MaxPerPreemptedZone)
+			if p.MaxPerZone > 0 && len(spotOffers) > 0 {
+				why = fmt.Sprintf("no usable spot offering in a zone below its cap of %d", p.MaxPerZone)
 			}
 			d.Notes = append(d.Notes, fmt.Sprintf("%d spot launches not placed: %s", d.Unplaced, why))
 			break
 		}
 		held := c.spotByZone[o.Zone]
 		c.spotByZone[o.Zone]++
-		c.spotByRegion[RegionOf(o.Zone)]++
+		c.spotByRegion[market.RegionOf(o.Zone)]++
 		c.allByZone[o.Zone]++
 		placed++
 		recent := ""
@@ -329,18 +310,9 @@ func (p Policy) Decide(in Input) Decision {
 	}
 	domain := func(zone string) string { return zone }
 	if p.CoverLoss == DomainRegion {
-		domain = RegionOf
+		domain = market.RegionOf
 	}
-	var atRisk map[string]bool // nil: every domain
-	if p.CoverPreemptedOnly {
-		atRisk = map[string]bool{}
-		for _, x := range in.Instances {
-			if !x.Leaving && x.Market != provider.MarketOnDemand && in.memory().Preempted(Key{x.Zone, x.InstanceType, x.Market}) {
-				atRisk[domain(x.Zone)] = true
-			}
-		}
-	}
-	worstLive, worstReady := c.worst(domain, atRisk, false), c.worst(domain, atRisk, true)
+	worstLive, worstReady := c.worst(domain, false), c.worst(domain, true)
 	coverLazy := 0
 	if p.CoverLoss != "" && n > base {
 		coverKeep := base + max(0, (n-base)-(c.spotReady-worstReady))
@@ -597,8 +569,7 @@ func (p Policy) usable(offers []provider.Offering, mem Memory) (spot, od []provi
 }
 
 // pickSpot: among offerings in zones holding fewer than MaxPerZone (when
-// set), and fewer than MaxPerPreemptedZone when preempted (when set), one
-// without a recent preemption, then (with CheapFirst) the cheapest, then the
+// set), one without a recent preemption, then (with CheapFirst) the cheapest, then the
 // zone holding the fewest of the pool's spot, then the region holding the
 // fewest (the region first with SpreadRegions), then the cheapest, then
 // name order (offers are sorted by key).
@@ -606,9 +577,6 @@ func pickSpot(offers []provider.Offering, byZone, byRegion map[string]int, preem
 	best := -1
 	for i, o := range offers {
 		if p.MaxPerZone > 0 && byZone[o.Zone] >= p.MaxPerZone {
-			continue
-		}
-		if p.MaxPerPreemptedZone > 0 && preempted[KeyOf(o)] && byZone[o.Zone] >= p.MaxPerPreemptedZone {
 			continue
 		}
 		if best < 0 {
@@ -623,7 +591,7 @@ func pickSpot(offers []provider.Offering, byZone, byRegion map[string]int, preem
 			continue
 		}
 		zo, zb := byZone[o.Zone], byZone[b.Zone]
-		ro, rb := byRegion[RegionOf(o.Zone)], byRegion[RegionOf(b.Zone)]
+		ro, rb := byRegion[market.RegionOf(o.Zone)], byRegion[market.RegionOf(b.Zone)]
 		if p.SpreadRegions {
 			zo, zb, ro, rb = ro, rb, zo, zb
 		}
@@ -682,9 +650,8 @@ func pickOnDemand(offers []provider.Offering, byZone map[string]int) (provider.O
 }
 
 // worst returns the most live (or ready) spot instances in one domain
-// (domain maps a zone to it), among the domains in atRisk when it is not
-// nil.
-func (c counts) worst(domain func(string) string, atRisk map[string]bool, ready bool) int {
+// (domain maps a zone to it).
+func (c counts) worst(domain func(string) string, ready bool) int {
 	m := c.spotByZone
 	if ready {
 		m = c.spotReadyByZone
@@ -693,19 +660,10 @@ func (c counts) worst(domain func(string) string, atRisk map[string]bool, ready 
 	v := 0
 	for z, n := range m {
 		d := domain(z)
-		if atRisk != nil && !atRisk[d] {
-			continue
-		}
 		per[d] += n
 		v = max(v, per[d])
 	}
 	return v
-}
-
-// RegionOf is market.RegionOf: the region of a zone, the failure domain
-// above it, for every cloud.
-func RegionOf(zone string) string {
-	return market.RegionOf(zone)
 }
 
 // price treats an unknown price (0) as dearer than any known one, so that

@@ -80,9 +80,6 @@ func TestDecide(t *testing.T) {
 		}
 	}
 	unknownPrice := offers(map[string]float64{"a": 0, "b": 2.0})
-	preemptedA, preemptedB := NewCapacityMemory(clk, time.Minute), NewCapacityMemory(clk, time.Minute)
-	preemptedA.RecordPreemption(Key{"a", itype, provider.MarketSpot})
-	preemptedB.RecordPreemption(Key{"b", itype, provider.MarketSpot})
 	// Preempted but no longer blocked: the preempted hold outlasts the TTL.
 	clk2 := testingclock.NewFakeClock(t0)
 	heldA, heldB := NewCapacityMemory(clk2, time.Minute), NewCapacityMemory(clk2, time.Minute)
@@ -183,16 +180,6 @@ func TestDecide(t *testing.T) {
 			want: 2, insts: []Instance{spot("1", "us-east-1a", true), spot("2", "us-east-1b", true), spot("3", "us-west-2a", true)},
 			offers:   offers(map[string]float64{"us-east-1a": 0.3, "us-east-1b": 0.3, "us-west-2a": 1.0}),
 			launches: []string{"on-demand@us-east-1a"}, spotT: 3, odT: 1,
-		},
-		{
-			name: "cover of preempted zones only: the crowded zone was not preempted", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainZone, CoverPreemptedOnly: true},
-			want: 2, insts: []Instance{spot("1", "a", true), spot("2", "a", true), spot("3", "b", true)}, offers: offers(threeZones), mem: preemptedB,
-			spotT: 3,
-		},
-		{
-			name: "cover of preempted zones only: the crowded zone was preempted", policy: Policy{SpotFallback: true, Overprovision: 1, CoverLoss: DomainZone, CoverPreemptedOnly: true},
-			want: 2, insts: []Instance{spot("1", "a", true), spot("2", "a", true), spot("3", "b", true)}, offers: offers(threeZones), mem: preemptedA,
-			launches: []string{"on-demand@c"}, spotT: 3, odT: 1,
 		},
 		{
 			name: "an offering in the capacity memory is skipped", want: 3,
@@ -334,21 +321,6 @@ func TestDecide(t *testing.T) {
 			name: "a preempted zone takes up to maxPerZone without maxPerPreemptedZone", policy: Policy{SpotFallback: true, MaxPerZone: 2},
 			want: 4, offers: ab, mem: heldA,
 			launches: []string{"spot@b", "spot@b", "spot@a", "spot@a"}, spotT: 4, odT: 4,
-		},
-		{
-			name: "maxPerPreemptedZone caps a preempted zone; the fallback covers the rest", policy: Policy{SpotFallback: true, MaxPerZone: 2, MaxPerPreemptedZone: 1},
-			want: 4, offers: ab, mem: heldA,
-			launches: []string{"spot@b", "spot@b", "spot@a", "on-demand@a"}, unplaced: 1, spotT: 4, odT: 4,
-		},
-		{
-			name: "maxPerPreemptedZone counts the spot already there", policy: Policy{SpotFallback: true, MaxPerPreemptedZone: 1},
-			want: 2, insts: []Instance{spot("a1", "a", true)}, offers: ab, mem: heldB,
-			launches: []string{"spot@a"}, spotT: 2, odT: 1,
-		},
-		{
-			name: "maxPerPreemptedZone leaves zones not preempted alone", policy: Policy{MaxPerPreemptedZone: 1},
-			want: 3, offers: ab, mem: heldB,
-			launches: []string{"spot@a", "spot@a", "spot@a"}, spotT: 3,
 		},
 		{
 			name: "cheap first fills the cheapest zone up to the cap", policy: Policy{CheapFirst: true, MaxPerZone: 2},
@@ -496,10 +468,8 @@ func TestValidate(t *testing.T) {
 		{"negative maxPerZone", Policy{MaxPerZone: -1}, "maxPerZone -1"},
 		{"negative standby", Policy{Standby: -1}, "standby -1"},
 		{"standby", Policy{Standby: 4, SpotFallback: true}, ""},
-		{"negative maxPerPreemptedZone", Policy{MaxPerPreemptedZone: -2}, "maxPerPreemptedZone -2"},
 		{"unknown cover domain", Policy{CoverLoss: "Rack"}, `coverLoss "Rack"`},
-		{"preempted-only cover without a domain", Policy{CoverPreemptedOnly: true}, "coverPreemptedOnly needs coverLoss"},
-		{"cover domains", Policy{CoverLoss: DomainRegion, CoverPreemptedOnly: true, MaxPerZone: 2}, ""},
+		{"cover domains", Policy{CoverLoss: DomainRegion, MaxPerZone: 2}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -565,8 +535,7 @@ func TestCapacityMemory(t *testing.T) {
 		t.Errorf("List = %+v", l)
 	}
 
-	// Preemptions: blocked for the TTL, preempted for the PreemptedTTL.
-	m.SetPreemptedTTL(10 * time.Minute)
+	// Preemptions: blocked for the TTL, preempted for DefaultPreemptedTTL.
 	m.RecordPreemption(b)
 	for _, step := range []struct {
 		after              time.Duration
@@ -574,7 +543,7 @@ func TestCapacityMemory(t *testing.T) {
 	}{
 		{0, true, true},
 		{3 * time.Minute, false, true},
-		{7 * time.Minute, false, false},
+		{DefaultPreemptedTTL - 3*time.Minute, false, false},
 	} {
 		clk.Step(step.after)
 		if _, got := m.Blocked(b); got != step.blocked {
@@ -584,11 +553,6 @@ func TestCapacityMemory(t *testing.T) {
 			t.Errorf("after +%v: Preempted = %v, want %v", step.after, got, step.preempted)
 		}
 	}
-	m.SetPreemptedTTL(0)
-	m.RecordPreemption(b)
-	if _, bl := m.Blocked(b); !bl || m.Preempted(b) {
-		t.Error("with the preempted TTL off a preemption only blocks")
-	}
 	var nilMem *CapacityMemory
 	nilMem.Record(a, "x")
 	if _, b := nilMem.Blocked(a); b || nilMem.List() != nil || nilMem.TTL() != 0 {
@@ -596,89 +560,6 @@ func TestCapacityMemory(t *testing.T) {
 	}
 	if NewCapacityMemory(nil, 0).TTL() != DefaultCapacityTTL {
 		t.Error("default TTL")
-	}
-}
-
-func TestBackoffHold(t *testing.T) {
-	for _, tc := range []struct {
-		base, max time.Duration
-		k         int
-		want      time.Duration
-	}{
-		{time.Hour, 16 * time.Hour, 1, time.Hour},
-		{time.Hour, 16 * time.Hour, 2, 2 * time.Hour},
-		{time.Hour, 16 * time.Hour, 4, 8 * time.Hour},
-		{time.Hour, 16 * time.Hour, 5, 16 * time.Hour},
-		{time.Hour, 16 * time.Hour, 60, 16 * time.Hour},
-		{2 * time.Hour, 5 * time.Hour, 3, 5 * time.Hour},
-		{30 * time.Minute, 32 * time.Hour, 3, 2 * time.Hour},
-	} {
-		if got := backoffHold(tc.base, tc.max, tc.k); got != tc.want {
-			t.Errorf("backoffHold(%v, %v, %d) = %v, want %v", tc.base, tc.max, tc.k, got, tc.want)
-		}
-	}
-}
-
-// TestPreemptedBackoff: with SetPreemptedBackoff the hold of each
-// preemption episode doubles with the episodes in the window, up to max.
-func TestPreemptedBackoff(t *testing.T) {
-	const ttl, base = 3 * time.Minute, time.Hour
-	tests := []struct {
-		name      string
-		max       time.Duration
-		window    time.Duration
-		preempted []time.Duration // offsets from t0 of the preemptions
-		until     time.Duration   // preempted just before, not at
-	}{
-		{"one preemption holds the base", 8 * time.Hour, 0, []time.Duration{0}, base},
-		{"a second episode holds twice", 8 * time.Hour, 0, []time.Duration{0, 30 * time.Minute}, 30*time.Minute + 2*base},
-		{"preemptions within the TTL are one episode", 8 * time.Hour, 0, []time.Duration{0, time.Minute, 2 * time.Minute}, 2*time.Minute + base},
-		{"a third episode holds four times", 8 * time.Hour, 0, []time.Duration{0, 10 * time.Minute, 20 * time.Minute}, 20*time.Minute + 4*base},
-		{"capped at max", 8 * time.Hour, 0, []time.Duration{0, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, 40 * time.Minute}, 40*time.Minute + 8*time.Hour},
-		{"episodes older than the default window (24 h) stop counting", 8 * time.Hour, 0, []time.Duration{0, 25 * time.Hour}, 25*time.Hour + base},
-		{"a shorter window", 8 * time.Hour, 2 * time.Hour, []time.Duration{0, 90 * time.Minute, 150 * time.Minute}, 150*time.Minute + 2*base},
-		{"max at the PreemptedTTL: off", base, 0, []time.Duration{0, 30 * time.Minute, 50 * time.Minute}, 50*time.Minute + base},
-		{"a later, shorter hold does not cut an earlier, longer one", 8 * time.Hour, 2 * time.Hour,
-			[]time.Duration{0, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, 3 * time.Hour}, 30*time.Minute + 8*time.Hour},
-	}
-	a := Key{"a", itype, provider.MarketSpot}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := testingclock.NewFakeClock(t0)
-			m := NewCapacityMemory(clk, ttl)
-			m.SetPreemptedTTL(base)
-			m.SetPreemptedBackoff(tc.max, tc.window)
-			for _, at := range tc.preempted {
-				clk.SetTime(t0.Add(at))
-				m.RecordPreemption(a)
-			}
-			clk.SetTime(t0.Add(tc.until - time.Second))
-			if !m.Preempted(a) {
-				t.Errorf("not preempted 1s before %v", tc.until)
-			}
-			clk.SetTime(t0.Add(tc.until))
-			if m.Preempted(a) {
-				t.Errorf("still preempted at %v", tc.until)
-			}
-		})
-	}
-	var nilMem *CapacityMemory
-	nilMem.SetPreemptedBackoff(time.Hour, 0) // no panic
-}
-
-func TestRegionOf(t *testing.T) {
-	for _, tc := range []struct{ zone, want string }{
-		{"us-east-1f", "us-east-1"},
-		{"us-west-2c", "us-west-2"},
-		{"ap-guangzhou-3", "ap-guangzhou"},
-		{"ap-shanghai-10", "ap-shanghai"},
-		{"a", "a"},
-		{"zone-a", "zone-a"},
-		{"", ""},
-	} {
-		if got := RegionOf(tc.zone); got != tc.want {
-			t.Errorf("RegionOf(%q) = %q, want %q", tc.zone, got, tc.want)
-		}
 	}
 }
 
