@@ -302,8 +302,9 @@ type PricingSpec struct {
 	// +optional
 	SpotPerHour string `json:"spotPerHour,omitempty"`
 	// StandbyPerHour is the price of a stopped standby instance (its
-	// disk). Default 0.0111: a 100 GB EBS gp3 volume at 0.08 USD per
-	// GB-month (https://aws.amazon.com/ebs/pricing/, us-east-1).
+	// disk). Default about 0.011: a 100 GB EBS gp3 volume at 0.08 USD per
+	// GB-month (https://aws.amazon.com/ebs/pricing/, us-east-1), 730
+	// hours a month.
 	// +kubebuilder:validation:Pattern=`^[0-9]{1,9}(\.[0-9]{1,9})?$`
 	// +optional
 	StandbyPerHour string `json:"standbyPerHour,omitempty"`

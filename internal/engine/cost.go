@@ -65,9 +65,9 @@ func Overrides(pool string, spec *tidev1.TidePoolSpec) ([]cost.Override, error) 
 // us-east-1), 730 hours a month.
 const DefaultStandbyPerHour = 100 * 0.08 / 730
 
-// standbyPrice is what a stopped instance of the pool costs per hour, and
+// StandbyPrice is what a stopped instance of the pool costs per hour, and
 // where the figure comes from.
-func standbyPrice(spec *tidev1.TidePoolSpec) (market.Price, error) {
+func StandbyPrice(spec *tidev1.TidePoolSpec) (market.Price, error) {
 	p := market.Price{PerHour: DefaultStandbyPerHour, Currency: "USD", Source: provider.PriceCatalog,
 		AsOf: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}
 	if pr := spec.Pricing; pr != nil && pr.StandbyPerHour != "" {
@@ -157,7 +157,7 @@ func (p *Pool) syncLedger(c *Costing, spec *tidev1.TidePoolSpec, insts []provide
 	// list and effective price (a stopped disk saves nothing).
 	if err := c.Ledger.SyncPool(p.name, infos, now, func(i cost.InstanceInfo) (market.Price, market.Price, error) {
 		if stopped[i.ID] {
-			sp, err := standbyPrice(spec)
+			sp, err := StandbyPrice(spec)
 			sp.Market = i.Market
 			return sp, sp, err
 		}

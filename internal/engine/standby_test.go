@@ -22,7 +22,7 @@ func TestStandbyPrice(t *testing.T) {
 		{"bad override", &tidev1.PricingSpec{StandbyPerHour: "cheap"}, 0, "", "", true},
 	}
 	for _, c := range cases {
-		p, err := standbyPrice(&tidev1.TidePoolSpec{Pricing: c.pricing})
+		p, err := StandbyPrice(&tidev1.TidePoolSpec{Pricing: c.pricing})
 		if c.wantErr {
 			if err == nil {
 				t.Errorf("%s: no error", c.name)

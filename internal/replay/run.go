@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"strconv"
 	"time"
 
 	testingclock "k8s.io/utils/clock/testing"
@@ -22,9 +21,6 @@ import (
 // maxRoundsPerHour bounds the engine rounds per hour of trace time: a pool
 // that asks for rounds faster than that for long is a bug, not a replay.
 const maxRoundsPerHour = 100_000
-
-// defaultStandbyPrice is engine's default price of a stopped instance.
-const defaultStandbyPrice = 0.0111
 
 // Epoch is the clock time of the replayed part's start.
 var Epoch = epoch
@@ -47,14 +43,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	standbyPrice := opts.StandbyPrice
 	if standbyPrice == 0 {
-		standbyPrice = defaultStandbyPrice
-		if spec.Pricing != nil && spec.Pricing.StandbyPerHour != "" {
-			v, err := strconv.ParseFloat(spec.Pricing.StandbyPerHour, 64)
-			if err != nil {
-				return Result{}, fmt.Errorf("%w: spec.pricing.standbyPerHour %q: %v", ErrOptions, spec.Pricing.StandbyPerHour, err)
-			}
-			standbyPrice = v
+		p, err := engine.StandbyPrice(spec)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %w", ErrOptions, err)
 		}
+		standbyPrice = p.PerHour
 	}
 
 	clk := testingclock.NewFakeClock(epoch)
