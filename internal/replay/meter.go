@@ -96,7 +96,7 @@ func (m *meter) sampleSpan(from, to time.Time, s Sample) {
 			k := from.Sub(m.scoreFrom) / m.sample
 			start := m.scoreFrom.Add(k * m.sample)
 			c := s
-			c.At = start.Sub(epoch)
+			c.At = start.Sub(Epoch)
 			m.cur, m.curEnd = &c, start.Add(m.sample)
 		} else {
 			m.cur.Wanted = max(m.cur.Wanted, s.Wanted)

@@ -23,9 +23,7 @@ import (
 const maxRoundsPerHour = 100_000
 
 // Epoch is the clock time of the replayed part's start.
-var Epoch = epoch
-
-var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+var Epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Run replays opts.Pool on opts.Trace through the engine's round.
 func Run(ctx context.Context, opts Options) (Result, error) {
@@ -50,7 +48,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		standbyPrice = p.PerHour
 	}
 
-	clk := testingclock.NewFakeClock(epoch)
+	clk := testingclock.NewFakeClock(Epoch)
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	catalogProvider := spec.Provider
 	if catalogProvider != tidev1.ProviderAWS && catalogProvider != tidev1.ProviderTencent {
@@ -58,7 +56,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	notice := opts.Notice
 	sim, err := spotsim.New(spotsim.Options{
-		Trace: opts.Trace, Clock: clk, Start: epoch.Add(-opts.From), Notice: notice,
+		Trace: opts.Trace, Clock: clk, Start: Epoch.Add(-opts.From), Notice: notice,
 		InstanceType: spec.InstanceType, Prices: opts.Prices, CatalogProvider: catalogProvider,
 		// No stand-in prices: a zone without its own price is an error.
 		DefaultRegion: "-",
@@ -87,8 +85,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 
 	res := Result{Strategy: strategyOf(spec)}
-	m := newMeter(&res, opts, epoch.Add(opts.Warmup))
-	end := epoch.Add(dur)
+	m := newMeter(&res, opts, Epoch.Add(opts.Warmup))
+	end := Epoch.Add(dur)
 	// deliver hands the pool every event the simulator emitted so far, in
 	// order (Options.PullEvents: no pump goroutine, so no scheduler in
 	// what a round sees).
@@ -104,9 +102,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return in.LaunchedAt.Add(opts.ColdStart)
 	}
 	limit := int(math.Ceil(dur.Hours()*maxRoundsPerHour)) + 1000
-	nextProgress := epoch
+	nextProgress := Epoch
 	var seen uint64
-	for now := epoch; now.Before(end); {
+	for now := Epoch; now.Before(end); {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
@@ -127,7 +125,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			}
 		}
 		if res.Rounds > limit {
-			return Result{}, fmt.Errorf("replay: more than %d engine rounds by %v of trace time: the pool does not settle", limit, now.Sub(epoch))
+			return Result{}, fmt.Errorf("replay: more than %d engine rounds by %v of trace time: the pool does not settle", limit, now.Sub(Epoch))
 		}
 		deliver()
 		insts, err := sim.List(ctx, pool.Name)
@@ -144,7 +142,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			}
 		}
 		gap := opts.Trace.Gap
-		consider(epoch.Add(-opts.From).Add((now.Sub(epoch.Add(-opts.From))/gap + 1) * gap))
+		consider(Epoch.Add(-opts.From).Add((now.Sub(Epoch.Add(-opts.From))/gap + 1) * gap))
 		for _, in := range insts {
 			if in.InterruptAt != nil {
 				consider(*in.InterruptAt)
@@ -158,7 +156,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 		m.span(now, next, drv.Status().Desired, reg.targets, insts, prices, standbyPrice)
 		if opts.Progress != nil && !now.Before(nextProgress) {
-			opts.Progress(now.Sub(epoch), dur)
+			opts.Progress(now.Sub(Epoch), dur)
 			nextProgress = now.Add(dur / 100)
 		}
 		now = next
