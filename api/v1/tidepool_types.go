@@ -139,6 +139,12 @@ type TidePoolSpec struct {
 	// +optional
 	Local *LocalSpec `json:"local,omitempty"`
 
+	// Bootstrap is the user data (cloud-init) of each cloud instance (aws,
+	// tencent): the agent with its notice URL and token, and the inference
+	// server. Unset sends no user data (the image starts everything).
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
 	// Placement spreads the pool over zones and markets like SkyServe's
 	// SpotHedge: spare spot instances, an on-demand base, on-demand
 	// fallback while spot is short. Unset means every instance in

@@ -59,6 +59,12 @@ const (
 	// NamePattern: spec.placement.instanceTypes[*] and availabilityZones[*],
 	// a name without blanks.
 	NamePattern = `^\S+$`
+	// ModelPattern: spec.bootstrap.model, an Ollama or Hugging Face name.
+	ModelPattern = `^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$`
+	// SHA256Pattern: spec.bootstrap.agentSHA256.
+	SHA256Pattern = `^[0-9a-f]{64}$`
+	// HTTPSPattern: spec.bootstrap.agentURL.
+	HTTPSPattern = `^https://`
 )
 
 // Bounds shared with the CRD's markers.
@@ -156,6 +162,9 @@ func Spec(s *tidev1.TidePoolSpec, path *field.Path) field.ErrorList {
 	if l := s.Local; l != nil {
 		add(local(l, path.Child("local"))...)
 	}
+	if b := s.Bootstrap; b != nil {
+		add(bootstrap(b, path.Child("bootstrap"))...)
+	}
 	if s.Provider == tidev1.ProviderSim && s.Sim == nil {
 		add(field.Required(path.Child("sim"), "required for provider sim: set spec.sim.traceDir to a folder of per-zone spot-capacity traces"))
 	}
@@ -213,6 +222,61 @@ func serving(s *tidev1.ServingSpec, path *field.Path) field.ErrorList {
 	}
 	if rp := s.ReadinessPath; rp != "" && !pathRE.MatchString(rp) {
 		errs = append(errs, field.Invalid(path.Child("readinessPath"), rp, "must be a path starting with /, such as /healthz"))
+	}
+	return errs
+}
+
+// Bounds of spec.bootstrap (the CRD's markers say the same).
+const (
+	MaxBootstrapModel    = 256
+	MaxBootstrapArgs     = 64
+	MaxBootstrapArg      = 1024
+	MaxBootstrapUserData = 16384
+)
+
+var (
+	modelRE  = regexp.MustCompile(ModelPattern)
+	sha256RE = regexp.MustCompile(SHA256Pattern)
+	httpsRE  = regexp.MustCompile(HTTPSPattern)
+)
+
+func bootstrap(b *tidev1.BootstrapSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	add := func(e ...*field.Error) { errs = append(errs, e...) }
+	switch b.Template {
+	case tidev1.BootstrapOllama, tidev1.BootstrapVLLM:
+		if b.Model == "" {
+			add(field.Required(path.Child("model"), "required with templates ollama and vllm: name the model to serve, such as qwen2:0.5b or Qwen/Qwen2.5-0.5B-Instruct"))
+		}
+	case tidev1.BootstrapNone:
+		if b.UserData == "" {
+			add(field.Required(path.Child("userData"), "required with template none: give the cloud-init document to send, or choose template ollama or vllm"))
+		}
+	case "":
+		add(field.Required(path.Child("template"), "choose ollama, vllm or none"))
+	default:
+		add(field.NotSupported(path.Child("template"), b.Template, []string{tidev1.BootstrapOllama, tidev1.BootstrapVLLM, tidev1.BootstrapNone}))
+	}
+	if b.Model != "" && (len(b.Model) > MaxBootstrapModel || !modelRE.MatchString(b.Model)) {
+		add(field.Invalid(path.Child("model"), b.Model, fmt.Sprintf("must be a model name of at most %d characters: letters, digits and . _ : / @ + -", MaxBootstrapModel)))
+	}
+	if len(b.Args) > MaxBootstrapArgs {
+		add(field.TooMany(path.Child("args"), len(b.Args), MaxBootstrapArgs))
+	}
+	for i, a := range b.Args {
+		if len(a) > MaxBootstrapArg {
+			add(field.TooLong(path.Child("args").Index(i), "", MaxBootstrapArg))
+		}
+	}
+	if b.AgentURL != "" && !httpsRE.MatchString(b.AgentURL) {
+		add(field.Invalid(path.Child("agentURL"), b.AgentURL, "must be an https:// URL of the tidegpu binary"))
+	}
+	if b.AgentSHA256 != "" && !sha256RE.MatchString(b.AgentSHA256) {
+		add(field.Invalid(path.Child("agentSHA256"), b.AgentSHA256, "must be 64 lower-case hex digits (sha256sum of the binary)"))
+	}
+	// The value is not echoed: it is a whole document.
+	if len(b.UserData) > MaxBootstrapUserData {
+		add(field.TooLong(path.Child("userData"), "", MaxBootstrapUserData))
 	}
 	return errs
 }

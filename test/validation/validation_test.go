@@ -103,6 +103,12 @@ var invalidCases = []invalid{
 	// Serving, draining, local.
 	both("port above 65535", "spec.serving.port", base+"serving: {port: 70000}\n"),
 	both("readiness path without /", "spec.serving.readinessPath", base+"serving: {readinessPath: healthz}\n"),
+	both("bootstrap template unknown", "spec.bootstrap.template", base+"bootstrap: {template: docker, model: m}\n"),
+	both("bootstrap ollama without model", "spec.bootstrap", base+"bootstrap: {template: ollama}\n"),
+	both("bootstrap none without userData", "spec.bootstrap", base+"bootstrap: {template: none}\n"),
+	both("bootstrap model with a space", "spec.bootstrap.model", base+"bootstrap: {template: ollama, model: \"qwen 2\"}\n"),
+	both("bootstrap agentURL over http", "spec.bootstrap.agentURL", base+"bootstrap: {template: ollama, model: qwen2, agentURL: \"http://example.com/tidegpu\"}\n"),
+	both("bootstrap agentSHA256 not hex", "spec.bootstrap.agentSHA256", base+"bootstrap: {template: ollama, model: qwen2, agentSHA256: xyz}\n"),
 	both("drainSeconds above 3600", "spec.drainSeconds", base+"drainSeconds: 4000\n"),
 	both("env without =", "spec.local.env[0]", base+"local: {env: [novalue]}\n"),
 	both("blank program", "spec.local.command", base+"local: {command: [\" \", serve]}\n"),
@@ -218,6 +224,9 @@ var validCases = []struct{ name, spec string }{
 	{"kong by host and port", base + "kongGatewayIP: kong.internal:8001\n"},
 	{"kong by IPv6", base + "kongGatewayIP: \"fe80::1\"\n"},
 	{"kong spec", base + "kong: {adminURL: \"https://kong-admin:8444\", tokenSecretRef: {name: kong, key: token}, tlsSecretRef: {name: kong-tls}}\n"},
+	{"bootstrap ollama", base + "bootstrap: {template: ollama, model: \"qwen2:0.5b\"}\n"},
+	{"bootstrap vllm with args", base + "bootstrap: {template: vllm, model: Qwen/Qwen2.5-0.5B-Instruct, args: [--max-model-len, \"4096\"], agentURL: \"https://example.com/tidegpu\", agentSHA256: " + strings.Repeat("a", 64) + "}\n"},
+	{"bootstrap none", base + "bootstrap: {template: none, userData: \"#cloud-config\\n\"}\n"},
 	{"serving, draining, local", base + "drainSeconds: 0\nserving: {port: 8080, readinessPath: /, models: [qwen2]}\nlocal: {command: [ollama, serve], env: [\"A=\", \"B=c=d\"], startTimeoutSeconds: 5}\n"},
 	{"pricing and budget", base + "pricing: {onDemandPerHour: \"3.06\", spotPerHour: \"0.918\", standbyPerHour: \"0.0111\", currency: EUR}\nbudget: {monthly: \"2500\", currency: EUR, action: CapAtMinimum}\n"},
 	{"every autoscaler", "provider: local\nminimum: 1\nmaximum: 8\n" + `autoscaling:
