@@ -90,6 +90,10 @@ type LaunchRequest struct {
 	Zone         string
 	InstanceType string
 	Market       Market
+	// UserData is the instance's raw user data (cloud-init), rendered from
+	// spec.bootstrap; the cloud providers base64-encode it. It can hold the
+	// pool's notice token: never log it.
+	UserData []byte
 }
 
 // Provider launches, lists and terminates instances.

@@ -2,6 +2,7 @@ package aws
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -596,5 +597,31 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	p, err := New(context.Background(), Options{Region: "us-east-1", Cluster: "c", Credentials: &StaticCredentials{AccessKeyID: "a", SecretAccessKey: "s"}})
 	if err != nil || p.Name() != "aws" || p.Region() != "us-east-1" || p.Cluster() != "c" {
 		t.Fatalf("New: %v", err)
+	}
+}
+
+// User data goes to RunInstances base64-encoded, as EC2 takes it; over
+// 16 KB raw it is refused before EC2 is asked, naming spec.bootstrap.
+func TestLaunchSendsUserDataBase64(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := ctxT(t)
+	ud := []byte("#cloud-config\nruncmd: [[echo, hi]]\n")
+	if _, err := e.p.Launch(ctx, provider.LaunchRequest{Pool: "chat", Spec: testSpec(), Token: "tok-ud", UserData: ud}); err != nil {
+		t.Fatal(err)
+	}
+	calls := runCalls(e.srv)
+	if len(calls) != 1 {
+		t.Fatalf("RunInstances calls = %d", len(calls))
+	}
+	got, err := base64.StdEncoding.DecodeString(calls[0].Params.Get("UserData"))
+	if err != nil || string(got) != string(ud) {
+		t.Fatalf("UserData = %q (%v), want base64 of %q", calls[0].Params.Get("UserData"), err, ud)
+	}
+	_, err = e.p.Launch(ctx, provider.LaunchRequest{Pool: "chat", Spec: testSpec(), Token: "tok-big", UserData: make([]byte, MaxUserData+1)})
+	if err == nil || !strings.Contains(err.Error(), "spec.bootstrap") {
+		t.Fatalf("17 KB of user data: err = %v, want one naming spec.bootstrap", err)
+	}
+	if n := len(runCalls(e.srv)); n != 1 {
+		t.Errorf("EC2 was asked for the oversized launch (%d RunInstances calls)", n)
 	}
 }

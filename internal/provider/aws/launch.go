@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -22,6 +23,11 @@ import (
 // (https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html).
 const maxClientToken = 64
 
+// MaxUserData is EC2's limit on user data: "16 KB, in raw form, before it
+// is base64-encoded"
+// (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
+const MaxUserData = 16 * 1024
+
 // launchParams is a LaunchRequest resolved against its spec.
 type launchParams struct {
 	Pool           string
@@ -34,6 +40,8 @@ type launchParams struct {
 	UsePrivate     bool
 	SubnetID       string
 	SecurityGroups []string
+	// UserData is raw; RunInstances gets it base64-encoded.
+	UserData []byte
 }
 
 // resolveLaunch applies the request's overrides to its spec and checks that
@@ -53,6 +61,7 @@ func resolveLaunch(req provider.LaunchRequest) (launchParams, error) {
 		Port:           spec.Serving.Port,
 		UsePrivate:     spec.Serving.UsePrivateIP,
 		SecurityGroups: spec.SecurityGroupIDs,
+		UserData:       req.UserData,
 	}
 	lp.SubnetID = spec.SubnetFor(lp.Zone)
 	if lp.Market == "" {
@@ -72,6 +81,8 @@ func resolveLaunch(req provider.LaunchRequest) (launchParams, error) {
 		return lp, fmt.Errorf("%w: pool %q: spec.instanceType is required on aws", ErrInvalidRequest, lp.Pool)
 	case lp.Market != provider.MarketSpot && lp.Market != provider.MarketOnDemand:
 		return lp, fmt.Errorf("%w: pool %q: unknown market %q", ErrInvalidRequest, lp.Pool, lp.Market)
+	case len(lp.UserData) > MaxUserData:
+		return lp, fmt.Errorf("%w: pool %q: spec.bootstrap: user data of %d bytes is over EC2's %d-byte limit", ErrInvalidRequest, lp.Pool, len(lp.UserData), MaxUserData)
 	}
 	return lp, nil
 }
@@ -120,6 +131,9 @@ func runInput(lp launchParams, cluster string) *ec2.RunInstancesInput {
 		ImageId:      aws.String(lp.ImageID),
 		InstanceType: types.InstanceType(lp.InstanceType),
 		ClientToken:  aws.String(lp.Token),
+	}
+	if len(lp.UserData) > 0 {
+		in.UserData = aws.String(base64.StdEncoding.EncodeToString(lp.UserData))
 	}
 	if lp.Zone != "" {
 		in.Placement = &types.Placement{AvailabilityZone: aws.String(lp.Zone)}

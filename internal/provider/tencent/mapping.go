@@ -2,6 +2,7 @@ package tencent
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -319,6 +320,9 @@ func buildRunInstances(req provider.LaunchRequest, cfg launchConfig) (runInstanc
 	case (spec.VpcID == "") != (spec.SubnetFor(t.Zone) == ""):
 		return runInstancesParams{}, fmt.Errorf("pool %q: spec.vpcId and spec.subnetId (or spec.placement.subnetIds[%s]) must be set together", req.Pool, t.Zone)
 	}
+	if n := base64.StdEncoding.EncodedLen(len(req.UserData)); n > MaxUserData {
+		return runInstancesParams{}, fmt.Errorf("pool %q: spec.bootstrap: user data is %d bytes base64-encoded, over CVM's %d-byte limit", req.Pool, n, MaxUserData)
+	}
 	port := int(spec.Serving.Port)
 	if port <= 0 {
 		port = DefaultPort
@@ -335,6 +339,7 @@ func buildRunInstances(req provider.LaunchRequest, cfg launchConfig) (runInstanc
 		SecurityGroupIds:   append([]string(nil), spec.SecurityGroupIDs...),
 		InstanceCount:      1,
 		InstanceName:       instanceName(req.Pool),
+		UserData:           encodeUserData(req.UserData),
 		ClientToken:        clientToken(req.Token),
 		TagSpecification: []tagSpecification{{
 			ResourceType: "instance",
@@ -392,4 +397,17 @@ func owned(c *cvmInstance, cluster string) bool {
 	m, _ := c.tagValue(TagManagedBy)
 	cl, _ := c.tagValue(TagCluster)
 	return m == ManagedByValue && cl == cluster
+}
+
+// MaxUserData is CVM's limit on RunInstances' UserData, "Base64-encoded
+// custom data of up to 16 KB" (RunInstancesRequest in Tencent Cloud's Go
+// SDK, cvm/v20170312), taken as the encoded size.
+const MaxUserData = 16 * 1024
+
+// encodeUserData is CVM's form of user data: base64 ("" for none).
+func encodeUserData(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString(raw)
 }

@@ -2,6 +2,7 @@ package tencent_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -798,5 +799,32 @@ func TestContextCancelStopsRetries(t *testing.T) {
 	}
 	if n := f.CallCount("RunInstances"); n != 1 {
 		t.Errorf("%d calls", n)
+	}
+}
+
+// User data goes to RunInstances base64-encoded; over 16 KB encoded it is
+// refused before CVM is asked, naming spec.bootstrap.
+func TestLaunchSendsUserDataBase64(t *testing.T) {
+	f := newFake(t)
+	p := newProvider(t, f, nil)
+	ud := []byte("#cloud-config\nruncmd: [[echo, hi]]\n")
+	if _, err := p.Launch(ctx(t), provider.LaunchRequest{Pool: "chat", Spec: poolSpec(nil), Token: "ud-1", UserData: ud}); err != nil {
+		t.Fatal(err)
+	}
+	runs := callsOf(f, "RunInstances")
+	if len(runs) != 1 {
+		t.Fatalf("RunInstances calls = %d", len(runs))
+	}
+	enc, _ := params(t, runs[0])["UserData"].(string)
+	got, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || string(got) != string(ud) {
+		t.Fatalf("UserData = %q (%v), want base64 of %q", enc, err, ud)
+	}
+	_, err = p.Launch(ctx(t), provider.LaunchRequest{Pool: "chat", Spec: poolSpec(nil), Token: "ud-2", UserData: make([]byte, 12289)})
+	if err == nil || !strings.Contains(err.Error(), "spec.bootstrap") {
+		t.Fatalf("oversized user data: err = %v, want one naming spec.bootstrap", err)
+	}
+	if n := len(callsOf(f, "RunInstances")); n != 1 {
+		t.Errorf("CVM was asked for the oversized launch (%d RunInstances calls)", n)
 	}
 }

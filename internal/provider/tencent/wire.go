@@ -69,6 +69,8 @@ type runInstancesParams struct {
 	ClientToken           string                 `json:"ClientToken,omitempty"`
 	TagSpecification      []tagSpecification     `json:"TagSpecification,omitempty"`
 	InstanceMarketOptions *instanceMarketOptions `json:"InstanceMarketOptions,omitempty"`
+	// UserData is base64-encoded (at most 16 KB encoded).
+	UserData string `json:"UserData,omitempty"`
 }
 
 // inquiryPriceParams is the InquiryPriceRunInstances request body.

@@ -36,6 +36,7 @@ package cvmtest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -87,7 +88,9 @@ type Instance struct {
 	WantPublicIP bool
 	BandwidthOut int
 	ClientToken  string
-	CreatedTime  time.Time
+	// UserData is the launch's user data, base64 as sent.
+	UserData    string
+	CreatedTime time.Time
 	// StoppedMode is the StoppedMode of the last StopInstances
 	// (KEEP_CHARGING or STOP_CHARGING); "" for an instance never stopped.
 	StoppedMode string
@@ -589,6 +592,8 @@ type runRequest struct {
 	} `json:"TagSpecification"`
 	InstanceMarketOptions *wireMarket `json:"InstanceMarketOptions"`
 	DryRun                bool        `json:"DryRun"`
+	// UserData: base64, "of up to 16 KB" (RunInstances).
+	UserData string `json:"UserData"`
 }
 
 var chargeTypes = []string{"PREPAID", "POSTPAID_BY_HOUR", "CDHPAID", "SPOTPAID"}
@@ -656,6 +661,12 @@ func (s *Server) runInstances(body []byte) (map[string]any, *apiError) {
 	if count < 1 || count > 100 {
 		return nil, errf("InvalidParameterValue.Range", "InstanceCount %d is not in [1, 100]", count)
 	}
+	if len(req.UserData) > 16*1024 {
+		return nil, errf("InvalidParameterValue.UserDataSizeExceeded", "the base64-encoded UserData exceeds 16 KB")
+	}
+	if _, err := base64.StdEncoding.DecodeString(req.UserData); err != nil {
+		return nil, errf("InvalidParameterValue", "UserData is not base64: %v", err)
+	}
 	if len(req.InstanceName) > 128 {
 		return nil, errf("InvalidInstanceName.TooLong", "the InstanceName exceeds 128 characters")
 	}
@@ -686,7 +697,7 @@ func (s *Server) runInstances(body []byte) (map[string]any, *apiError) {
 	proto := Instance{
 		Name: req.InstanceName, Zone: req.Placement.Zone, InstanceType: req.InstanceType, ImageID: req.ImageId,
 		ChargeType: req.InstanceChargeType, SecurityGroupIDs: req.SecurityGroupIds, Tags: tags,
-		State: "PENDING", ClientToken: req.ClientToken, CreatedTime: s.now().UTC().Truncate(time.Second),
+		State: "PENDING", ClientToken: req.ClientToken, UserData: req.UserData, CreatedTime: s.now().UTC().Truncate(time.Second),
 	}
 	if m := req.InstanceMarketOptions; m != nil {
 		proto.MarketType = m.MarketType
