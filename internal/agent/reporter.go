@@ -22,6 +22,12 @@ type ReporterOptions struct {
 	Controller string
 	// Pool and InstanceID name the instance.
 	Pool, InstanceID string
+	// Namespace, when set, is the TidePool's namespace: the notice goes to
+	// the operator's notice endpoint,
+	// /api/v1/namespaces/{namespace}/pools/{pool}/instances/{id}/notice,
+	// with the pool's notice token. Empty: the admin API's route of
+	// `tidegpu up`.
+	Namespace string
 	// Token returns the admin token, read again for every attempt so that a
 	// rotated token file is picked up; nil or "" sends none.
 	Token func() (string, error)
@@ -31,7 +37,7 @@ type ReporterOptions struct {
 }
 
 // Reporter tells the controller about a notice:
-// POST {controller}/api/v1/pools/{pool}/instances/{id}/notice with
+// POST {controller}/api/v1/[namespaces/{namespace}/]pools/{pool}/instances/{id}/notice with
 // {"interruptAt": RFC 3339, "source": "..."} and "Authorization: Bearer
 // TOKEN" when a token is set.
 type Reporter struct {
@@ -54,8 +60,14 @@ func NewReporter(o ReporterOptions) (*Reporter, error) {
 	if o.Client == nil {
 		o.Client = http.DefaultClient
 	}
-	base := strings.TrimSuffix(u.String(), "/")
-	return &Reporter{o: o, url: base + "/api/v1/pools/" + url.PathEscape(o.Pool) + "/instances/" + url.PathEscape(o.InstanceID) + "/notice"}, nil
+	if strings.ContainsAny(o.Namespace, "/?# ") {
+		return nil, fmt.Errorf("namespace %q: want a namespace name", o.Namespace)
+	}
+	base := strings.TrimSuffix(u.String(), "/") + "/api/v1/"
+	if o.Namespace != "" {
+		base += "namespaces/" + url.PathEscape(o.Namespace) + "/"
+	}
+	return &Reporter{o: o, url: base + "pools/" + url.PathEscape(o.Pool) + "/instances/" + url.PathEscape(o.InstanceID) + "/notice"}, nil
 }
 
 // URL returns the notice endpoint the reporter POSTs to.

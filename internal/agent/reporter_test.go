@@ -22,6 +22,7 @@ func TestNewReporterValidation(t *testing.T) {
 		{ReporterOptions{Controller: "http://h", Pool: "a/b", InstanceID: "i"}, "pool"},
 		{ReporterOptions{Controller: "http://h", Pool: "p"}, "instance id"},
 		{ReporterOptions{Controller: "http://h", Pool: "p", InstanceID: "../x"}, "instance id"},
+		{ReporterOptions{Controller: "http://h", Namespace: "a/b", Pool: "p", InstanceID: "i"}, "namespace"},
 	}
 	for _, tt := range tests {
 		if _, err := NewReporter(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -31,6 +32,10 @@ func TestNewReporterValidation(t *testing.T) {
 	r, err := NewReporter(ReporterOptions{Controller: "https://ctl.example:9090/", Pool: "chat", InstanceID: "i-1"})
 	if err != nil || r.URL() != "https://ctl.example:9090/api/v1/pools/chat/instances/i-1/notice" {
 		t.Errorf("URL() = %q, %v", r.URL(), err)
+	}
+	r, err = NewReporter(ReporterOptions{Controller: "https://notice:9443", Namespace: "llm", Pool: "chat", InstanceID: "i-1"})
+	if err != nil || r.URL() != "https://notice:9443/api/v1/namespaces/llm/pools/chat/instances/i-1/notice" {
+		t.Errorf("URL() with a namespace = %q, %v", r.URL(), err)
 	}
 	r, err = NewReporter(ReporterOptions{Controller: "http://h/prefix", Pool: "chat", InstanceID: "i%1"})
 	if err != nil || r.URL() != "http://h/prefix/api/v1/pools/chat/instances/i%251/notice" {

@@ -24,6 +24,7 @@ type agentOptions struct {
 	cloud             string
 	controller        string
 	pool              string
+	namespace         string
 	instanceID        string
 	tokenFile         string
 	metadataEndpoint  string
@@ -52,8 +53,12 @@ func NewAgentCommand() *cobra.Command {
 		Short: "Watch this instance's spot interruption notice and report it to the controller",
 		Long: `Run on each instance (bake it into the image): poll the cloud's instance
 metadata service every --interval for an interruption notice and report it to
-the controller's admin API (POST /api/v1/pools/POOL/instances/ID/notice), which
-drains the instance from the gateway and launches its replacement at once.
+the controller (POST /api/v1/pools/POOL/instances/ID/notice on the admin API of
+` + "`tidegpu up`" + `; with --namespace, POST
+/api/v1/namespaces/NS/pools/POOL/instances/ID/notice on the operator's notice
+endpoint, with the pool's notice token), which drains the instance from the
+gateway and launches its replacement at once. The operator's rendered user data
+(spec.bootstrap) starts the agent so.
 
 AWS: IMDSv2 (a session token, refreshed before it expires), spot/instance-action
 and, with --rebalance drain, the rebalance recommendation, reported as a notice
@@ -61,10 +66,12 @@ due --rebalance-deadline after it was emitted. Tencent Cloud:
 spot/termination-time. --cloud auto asks AWS first, then Tencent.
 
 Each notice is reported once, retried with exponential backoff and jitter until
-the controller acknowledges it or the interruption time passes. The admin token
-comes from --token-file (read again for every attempt) or TIDEGPU_ADMIN_TOKEN;
-it is never logged. The agent runs until SIGINT or SIGTERM.`,
-		Example: `  tidegpu agent --controller http://10.0.0.2:9090 --pool chat --token-file /etc/tidegpu/admin-token
+the controller acknowledges it or the interruption time passes. The token (the
+admin token, or with --namespace the pool's notice token) comes from
+--token-file (read again for every attempt) or TIDEGPU_ADMIN_TOKEN; it is never
+logged. The agent runs until SIGINT or SIGTERM.`,
+		Example: `  tidegpu agent --controller https://tidegpu-notice.example.com:9443 --namespace llm --pool chat --token-file /etc/tidegpu/notice-token
+  tidegpu agent --controller http://10.0.0.2:9090 --pool chat --token-file /etc/tidegpu/admin-token
   tidegpu agent --cloud tencent --controller https://tidegpu.internal:9090 --pool chat
   tidegpu agent --cloud aws --rebalance drain --rebalance-deadline 90s --controller http://10.0.0.2:9090 --pool chat`,
 		Args: cobra.NoArgs,
@@ -76,6 +83,7 @@ it is never logged. The agent runs until SIGINT or SIGTERM.`,
 	f.StringVar(&o.cloud, "cloud", "auto", "metadata service: aws, tencent or auto (ask AWS, then Tencent)")
 	f.StringVar(&o.controller, "controller", "", "base URL of the controller's admin API, http(s)://host:port (required)")
 	f.StringVar(&o.pool, "pool", os.Getenv("TIDEGPU_POOL"), "pool this instance belongs to; defaults to $TIDEGPU_POOL (required)")
+	f.StringVar(&o.namespace, "namespace", os.Getenv("TIDEGPU_NAMESPACE"), "the TidePool's namespace, for the operator's notice endpoint (then --token-file holds the pool's notice token); defaults to $TIDEGPU_NAMESPACE; empty for `tidegpu up`")
 	f.StringVar(&o.instanceID, "instance-id", os.Getenv("TIDEGPU_INSTANCE_ID"), "this instance's id; defaults to $TIDEGPU_INSTANCE_ID, else the metadata service's instance-id")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the admin token, sent as a bearer token (default $TIDEGPU_ADMIN_TOKEN)")
 	f.StringVar(&o.metadataEndpoint, "metadata-endpoint", "", "metadata service base URL (default "+agent.DefaultAWSEndpoint+" for aws, "+agent.DefaultTencentEndpoint+" for tencent)")
@@ -106,6 +114,9 @@ func (o *agentOptions) validate() error {
 	}
 	if strings.ContainsAny(o.pool, "/?# \t") {
 		return fmt.Errorf("invalid --pool %q: a pool name has no spaces or slashes", o.pool)
+	}
+	if strings.ContainsAny(o.namespace, "/?# \t") {
+		return fmt.Errorf("invalid --namespace %q: a namespace has no spaces or slashes", o.namespace)
 	}
 	if strings.ContainsAny(o.instanceID, "/?# \t") {
 		return fmt.Errorf("invalid --instance-id %q: an instance id has no spaces or slashes", o.instanceID)
@@ -190,7 +201,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			return fmt.Errorf("--instance-id not given and TIDEGPU_INSTANCE_ID not set: reading it from the %s metadata service: %w", cloud, err)
 		}
 	}
-	rep, err := agent.NewReporter(agent.ReporterOptions{Controller: o.controller, Pool: o.pool, InstanceID: id, Token: token})
+	rep, err := agent.NewReporter(agent.ReporterOptions{Controller: o.controller, Namespace: o.namespace, Pool: o.pool, InstanceID: id, Token: token})
 	if err != nil {
 		return fmt.Errorf("invalid --controller, --pool or --instance-id: %w", err)
 	}
