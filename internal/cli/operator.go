@@ -18,6 +18,7 @@ import (
 func NewOperatorCommand() *cobra.Command {
 	var (
 		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS string
+		noticeAddr, noticeCert, noticeKey, noticeURL, awsQueue                                         string
 		leaderElect                                                                                    bool
 	)
 	cmd := &cobra.Command{
@@ -46,6 +47,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 				Config: cfg, MetricsAddr: metricsAddr, ProbeAddr: probeAddr, AdminAddr: adminAddr,
 				AdminToken: os.Getenv("TIDEGPU_ADMIN_TOKEN"), LeaderElection: leaderElect,
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
+				NoticeAddr: noticeAddr, NoticeTLSCert: noticeCert, NoticeTLSKey: noticeKey, NoticeURL: noticeURL, AWSInterruptionQueue: awsQueue,
 			})
 		},
 	}
@@ -54,6 +56,11 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus metrics address (0 disables)")
 	f.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "liveness/readiness probe address (in a pod: :8081)")
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:9090", "admin API address (0 disables); TIDEGPU_ADMIN_TOKEN requires a token")
+	f.StringVar(&noticeAddr, "notice-addr", "127.0.0.1:9443", "notice endpoint address, where `tidegpu agent` posts interruption notices with its pool's token (0 disables; in a pod: :9443 behind the notice Service)")
+	f.StringVar(&noticeCert, "notice-tls-cert", "", "PEM certificate to serve the notice endpoint over TLS (with --notice-tls-key)")
+	f.StringVar(&noticeKey, "notice-tls-key", "", "PEM key of --notice-tls-cert")
+	f.StringVar(&noticeURL, "notice-url", os.Getenv("TIDEGPU_NOTICE_URL"), "the notice endpoint's URL as instances reach it, rendered into spec.bootstrap's user data (default $TIDEGPU_NOTICE_URL)")
+	f.StringVar(&awsQueue, "aws-interruption-queue", os.Getenv("TIDEGPU_AWS_INTERRUPTION_QUEUE"), "URL of the SQS queue EventBridge fills with EC2 spot interruption warnings, rebalance recommendations and state changes (empty: none)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica acts")
 	f.StringVar(&leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
 	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")

@@ -299,3 +299,16 @@ func (m *Manager) SetWeights(pool string, w map[string]int32) error {
 	p.setWeights(cp)
 	return nil
 }
+
+// Trigger wakes a pool for a round at once (a cloud event about one of its
+// instances, such as a state change to shutting-down).
+func (m *Manager) Trigger(pool string) error {
+	m.mu.Lock()
+	p := m.pools[pool]
+	m.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("pool %q: %w", pool, ErrNotFound)
+	}
+	p.Trigger()
+	return nil
+}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	tidev1alpha1 "github.com/tidegpu/tidegpu/api/v1alpha1"
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/bootstrap"
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
 	"github.com/tidegpu/tidegpu/internal/cost"
@@ -40,8 +42,10 @@ import (
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/notice"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	awsprov "github.com/tidegpu/tidegpu/internal/provider/aws"
+	"github.com/tidegpu/tidegpu/internal/provider/aws/awsqueue"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 	"github.com/tidegpu/tidegpu/internal/provider/metered"
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
@@ -73,7 +77,19 @@ type Options struct {
 	// Cluster names this installation in the clouds' ownership tags, so
 	// that two installations never touch each other's instances.
 	Cluster string
-	Logger  *slog.Logger
+	// NoticeAddr is the notice endpoint's listen address ("0" disables):
+	// `tidegpu agent` on each instance posts interruption notices there
+	// with its pool's token. NoticeTLSCert and NoticeTLSKey, when set,
+	// serve it over TLS. NoticeURL is its URL as instances reach it (a
+	// Service, a load balancer), rendered into spec.bootstrap's user data.
+	NoticeAddr, NoticeTLSCert, NoticeTLSKey, NoticeURL string
+	// AWSInterruptionQueue is the URL of the SQS queue that EventBridge
+	// fills with EC2 spot interruption warnings, rebalance recommendations
+	// and state changes; empty polls none.
+	AWSInterruptionQueue string
+	// AWSQueueOptions tune the queue's client (tests: retries, timeouts).
+	AWSQueueOptions []func(*sqs.Options)
+	Logger          *slog.Logger
 }
 
 // Run runs the operator until ctx ends.
@@ -109,17 +125,18 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	tokens := notice.NewTokens()
 	engines := tidepool.NewEngines(tidepool.EnginesOptions{
 		Recorder:  rec,
 		Registrar: registrar.Nop{},
 		Registry:  crmetrics.Registry,
 		Logger:    o.Logger,
-		Factory:   Factory(o.StateDir, o.Cluster, o.Logger),
+		Factory:   FactoryWith(FactoryOptions{StateDir: o.StateDir, Cluster: o.Cluster, Logger: o.Logger, NoticeURL: o.NoticeURL, Tokens: tokens}),
 		Existing:  existingPools(mgr.GetAPIReader()),
 		Costing:   &engine.Costing{Ledger: ledger, Catalog: market.DefaultCatalog(), Live: cost.NewLivePrices()},
 	})
 	r := &tidepool.Reconciler{Client: mgr.GetClient(), Engines: engines, Recorder: rec,
-		Events: mgr.GetEventRecorder("tidegpu-operator"), Registry: crmetrics.Registry}
+		Events: mgr.GetEventRecorder("tidegpu-operator"), Registry: crmetrics.Registry, NoticeTokens: tokens}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TidePool controller: %w", err)
 	}
@@ -128,6 +145,30 @@ func Run(ctx context.Context, o Options) error {
 		Events: mgr.GetEventRecorder("tidegpu-aibalancer")}
 	if err := ab.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the AIBalancer controller: %w", err)
+	}
+	router := notice.NewRouter(engines, nil)
+	if o.NoticeAddr != "" && o.NoticeAddr != "0" {
+		if (o.NoticeTLSCert == "") != (o.NoticeTLSKey == "") {
+			return errors.New("--notice-tls-cert and --notice-tls-key go together: give both, or neither for plain http")
+		}
+		ln, err := net.Listen("tcp", o.NoticeAddr)
+		if err != nil {
+			return fmt.Errorf("--notice-addr %s: %w", o.NoticeAddr, err)
+		}
+		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: notice.Handler(tokens, router, o.Logger)}
+		if err := mgr.Add(serveRunnable(srv, ln, o.NoticeTLSCert, o.NoticeTLSKey)); err != nil {
+			return err
+		}
+	}
+	if o.AWSInterruptionQueue != "" {
+		q, err := awsqueue.New(ctx, awsqueue.Options{QueueURL: o.AWSInterruptionQueue, Router: router,
+			Locate: engines.Locate, Round: engines.Round, Logger: o.Logger, SQSOptions: o.AWSQueueOptions})
+		if err != nil {
+			return fmt.Errorf("--aws-interruption-queue: %w", err)
+		}
+		if err := mgr.Add(q); err != nil {
+			return err
+		}
 	}
 	if o.AdminAddr != "" && o.AdminAddr != "0" {
 		if err := admin.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken); err != nil {
@@ -140,24 +181,38 @@ func Run(ctx context.Context, o Options) error {
 		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken, Ledger: ledger,
 			Dashboard: dashboard.Handler(dashboard.Options{Pools: engines, Events: rec})})}
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			go func() {
-				<-ctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(sctx)
-			}()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})); err != nil {
+		if err := mgr.Add(serveRunnable(srv, ln, "", "")); err != nil {
 			return err
 		}
 	}
 	o.Logger.Info("starting tidegpu operator", "metrics", o.MetricsAddr, "probes", o.ProbeAddr, "admin", o.AdminAddr,
+		"notice", o.NoticeAddr, "noticeTLS", o.NoticeTLSCert != "", "awsInterruptionQueue", o.AWSInterruptionQueue != "",
 		"leaderElection", o.LeaderElection)
 	return mgr.Start(ctx)
+}
+
+// serveRunnable serves srv on ln (TLS with cert and key when set) until
+// the manager stops. It runs on every replica, leader or not: a notice to
+// a follower finds no pool and is retried by the agent.
+func serveRunnable(srv *http.Server, ln net.Listener, cert, key string) manager.Runnable {
+	return manager.RunnableFunc(func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		var err error
+		if cert != "" {
+			err = srv.ServeTLS(ln, cert, key)
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
 }
 
 func existingPools(c client.Reader) func(ctx context.Context) (map[string]bool, error) {
@@ -182,6 +237,22 @@ func existingPools(c client.Reader) func(ctx context.Context) (map[string]bool, 
 // spec.sim). Providers are cached by key; pools with the same key
 // share one provider and one engine.
 func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFactory {
+	return FactoryWith(FactoryOptions{StateDir: stateDir, Cluster: cluster, Logger: logger})
+}
+
+// FactoryOptions configure FactoryWith.
+type FactoryOptions struct {
+	StateDir, Cluster string
+	Logger            *slog.Logger
+	// NoticeURL and Tokens render spec.bootstrap's user data for the cloud
+	// providers (aws, tencent); Tokens nil sends none.
+	NoticeURL string
+	Tokens    *notice.Tokens
+}
+
+// FactoryWith is Factory with the bootstrap of cloud instances.
+func FactoryWith(fo FactoryOptions) tidepool.ProviderFactory {
+	stateDir, cluster, logger := fo.StateDir, fo.Cluster, fo.Logger
 	var (
 		mu    sync.Mutex
 		cache = map[string]provider.Provider{}
@@ -251,6 +322,9 @@ func Factory(stateDir, cluster string, logger *slog.Logger) tidepool.ProviderFac
 		}
 		if err != nil {
 			return "", nil, err
+		}
+		if fo.Tokens != nil && (spec.Provider == tidev1.ProviderAWS || spec.Provider == tidev1.ProviderTencent) {
+			p = bootstrap.Wrap(p, spec.Provider, fo.NoticeURL, fo.Tokens.Token)
 		}
 		p = metered.Wrap(p, providerMetrics)
 		cache[key] = p

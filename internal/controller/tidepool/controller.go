@@ -34,6 +34,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	tideevents "github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/notice"
 	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
 )
 
@@ -51,7 +52,7 @@ const Resync = 30 * time.Second
 // +kubebuilder:rbac:groups=tidegpu.eja.dev,resources=tidepools,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=tidegpu.eja.dev,resources=tidepools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tidegpu.eja.dev,resources=tidepools/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
@@ -64,6 +65,16 @@ type Reconciler struct {
 	Events   events.EventRecorder
 	// Registry receives the Kong registrars' metrics (optional).
 	Registry prometheus.Registerer
+	// NoticeTokens, when set, gets each pool's notice token, which the
+	// reconciler generates once and keeps in the Secret
+	// <pool>-notice-token owned by the TidePool.
+	NoticeTokens NoticeTokens
+}
+
+// NoticeTokens is where the pools' notice tokens go (notice.Tokens).
+type NoticeTokens interface {
+	Set(pool, token string)
+	Delete(pool string)
 }
 
 // PoolKey is the engine's name for a TidePool: namespace/name.
@@ -100,6 +111,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &tp); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (or already finalized).
+			if r.NoticeTokens != nil {
+				r.NoticeTokens.Delete(key)
+			}
 			return ctrl.Result{}, r.Engines.Remove(ctx, key)
 		}
 		return ctrl.Result{}, err
@@ -142,6 +156,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var applyErr error
 	if credErr == nil {
 		credErr = r.kong(ctx, key, &tp)
+	}
+	if credErr == nil {
+		credErr = r.noticeToken(ctx, key, &tp)
 	}
 	if credErr == nil {
 		applyErr = r.Engines.Apply(ctx, key, &tp, creds)
@@ -192,6 +209,41 @@ func (r *Reconciler) credentials(ctx context.Context, tp *tidev1.TidePool) (map[
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", tp.Namespace, ref.Name, err)
 	}
 	return s.Data, nil
+}
+
+// noticeToken makes sure the pool has its notice token: read from its
+// Secret, or generated and stored there (owned by the TidePool, so it goes
+// with it). The token itself is never logged nor put in status or events.
+func (r *Reconciler) noticeToken(ctx context.Context, pool string, tp *tidev1.TidePool) error {
+	if r.NoticeTokens == nil {
+		return nil
+	}
+	nn := types.NamespacedName{Namespace: tp.Namespace, Name: notice.TokenSecretName(tp.Name)}
+	var s corev1.Secret
+	err := r.Client.Get(ctx, nn, &s)
+	if apierrors.IsNotFound(err) {
+		s = corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "tidegpu", "tidegpu.eja.dev/pool": tp.Name}},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{notice.TokenKey: []byte(notice.NewToken())},
+		}
+		if err := controllerutil.SetControllerReference(tp, &s, r.Client.Scheme()); err != nil {
+			return fmt.Errorf("notice token: %w", err)
+		}
+		if err = r.Client.Create(ctx, &s); apierrors.IsAlreadyExists(err) {
+			err = r.Client.Get(ctx, nn, &s)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("notice token: Secret %s: %w", nn, err)
+	}
+	tok := strings.TrimSpace(string(s.Data[notice.TokenKey]))
+	if tok == "" {
+		return fmt.Errorf("notice token: Secret %s has no key %q: delete it and the operator makes a new one", nn, notice.TokenKey)
+	}
+	r.NoticeTokens.Set(pool, tok)
+	return nil
 }
 
 // kong gives the pool its Kong registrar when its spec asks for one,
