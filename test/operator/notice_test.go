@@ -80,11 +80,11 @@ const loadClients = 4
 func startLoad(t *testing.T, gw string) *loadGen {
 	l := &loadGen{stop: make(chan struct{}), done: make(chan struct{})}
 	var wg sync.WaitGroup
-	go func() { wg.Wait(); close(l.done) }()
+	wg.Add(loadClients)
 	for range loadClients {
-		wg.Add(1)
 		go l.client(t, gw, &wg)
 	}
+	go func() { wg.Wait(); close(l.done) }()
 	return l
 }
 
@@ -278,9 +278,9 @@ func TestSpotInterruptionThroughQueueAndAgent(t *testing.T) {
 	cur, _ = getPool(t, nn)
 	before = readyIDs(cur)
 	victim2, bystander := before[0], before[1]
-	post := func(id, tok string) int {
+	post := func(id, tok string, at time.Time) int {
 		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/api/v1/namespaces/%s/pools/chat/instances/%s/notice", noticeAddr, ns, id),
-			strings.NewReader(`{"source":"aws-imds"}`))
+			strings.NewReader(fmt.Sprintf(`{"source":"aws-imds","interruptAt":%q}`, at.Format(time.RFC3339))))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
@@ -290,15 +290,16 @@ func TestSpotInterruptionThroughQueueAndAgent(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	// The agent's copy of the queue's notice: acknowledged, not handled again.
-	if code := post(victim, token); code != http.StatusAccepted {
+	// The agent's copy of the queue's notice (the same interruption time,
+	// as IMDS and EventBridge announce one): acknowledged, not handled again.
+	if code := post(victim, token, now.Add(2*time.Minute)); code != http.StatusAccepted {
 		t.Fatalf("the agent's copy of the queue's notice: %d, want 202", code)
 	}
 	wrong := strings.Repeat("x", len(token))
-	if code := post(bystander, wrong); code != http.StatusUnauthorized {
+	if code := post(bystander, wrong, time.Now().Add(2*time.Minute)); code != http.StatusUnauthorized {
 		t.Fatalf("a wrong pool token: %d, want 401", code)
 	}
-	if code := post(bystander, ""); code != http.StatusUnauthorized {
+	if code := post(bystander, "", time.Now().Add(2*time.Minute)); code != http.StatusUnauthorized {
 		t.Fatalf("no token: %d, want 401", code)
 	}
 	imds := metadatatest.NewAWS(t, victim2)
@@ -331,6 +332,7 @@ func TestSpotInterruptionThroughQueueAndAgent(t *testing.T) {
 	}
 	// Each notice handled once: one ReclaimNotice event per victim.
 	for _, id := range []string{victim, victim2} {
+		eventually(t, 10*time.Second, "the ReclaimNotice event of "+id, func() bool { return countEvents(t, ns, "ReclaimNotice", id) >= 1 })
 		if n := countEvents(t, ns, "ReclaimNotice", id); n != 1 {
 			t.Errorf("%d ReclaimNotice events for %s, want 1", n, id)
 		}
