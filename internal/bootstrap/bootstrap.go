@@ -2,8 +2,10 @@
 // from its pool's spec.bootstrap: it installs and starts `tidegpu agent`
 // with the operator's notice URL and the pool's notice token, and the
 // inference server (Ollama with a model to pull, or vLLM with its
-// arguments), which opens its serving port only once the model is loaded,
-// so that the pool's readiness probe passes when the instance can answer.
+// arguments), which opens its serving port only once the model is there
+// (vLLM binds it after loading the model; Ollama is moved from loopback to
+// it after the pull and then loads the model from local disk), so that the
+// pool's readiness probe passes when the instance can answer.
 //
 // The notice token is written by cloud-init's write_files to a root-only
 // file and read by the agent from there; no command line and no script

@@ -115,7 +115,7 @@ func freeAddr(t *testing.T) string { return testbin.FreeAddr(t) }
 // startOperator runs `tidegpu operator` with its local instances' state in
 // stateDir.
 func startOperator(t *testing.T, stateDir string) *proc {
-	return startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", stateDir,
+	return startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", stateDir, "--notice-addr", "0",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", freeAddr(t), "--admin-addr", "0", "--log-level", "info")
 }
 
@@ -623,7 +623,7 @@ func TestOperatorCostSurvivesRestart(t *testing.T) {
 	state := t.TempDir()
 	adminAddr := freeAddr(t)
 	start := func() *proc {
-		return startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", state, "--metrics-bind-address", "0",
+		return startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", state, "--notice-addr", "0", "--metrics-bind-address", "0",
 			"--health-probe-bind-address", freeAddr(t), "--admin-addr", adminAddr, "--ledger-namespace", ns)
 	}
 	op := start()
