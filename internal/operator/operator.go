@@ -151,12 +151,20 @@ func Run(ctx context.Context, o Options) error {
 		if (o.NoticeTLSCert == "") != (o.NoticeTLSKey == "") {
 			return errors.New("--notice-tls-cert and --notice-tls-key go together: give both, or neither for plain http")
 		}
-		ln, err := net.Listen("tcp", o.NoticeAddr)
-		if err != nil {
-			return fmt.Errorf("--notice-addr %s: %w", o.NoticeAddr, err)
+		if _, _, err := net.SplitHostPort(o.NoticeAddr); err != nil {
+			return fmt.Errorf("--notice-addr %q: %v (want host:port, such as :9443)", o.NoticeAddr, err)
 		}
 		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: notice.Handler(tokens, router, o.Logger)}
-		if err := mgr.Add(serveRunnable(srv, ln, o.NoticeTLSCert, o.NoticeTLSKey)); err != nil {
+		addr, cert, key := o.NoticeAddr, o.NoticeTLSCert, o.NoticeTLSKey
+		// Listen once leader: a follower refuses connections at once
+		// rather than holding them unanswered.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("--notice-addr %s: %w", addr, err)
+			}
+			return serveRunnable(srv, ln, cert, key).Start(ctx)
+		})); err != nil {
 			return err
 		}
 	}
@@ -192,8 +200,10 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // serveRunnable serves srv on ln (TLS with cert and key when set) until
-// the manager stops. It runs on every replica, leader or not: a notice to
-// a follower finds no pool and is retried by the agent.
+// the manager stops. Like every runnable that does not say otherwise, it
+// runs on the leader only (the leader has the pools and their tokens): a
+// follower refuses connections, and the agent retries until it reaches
+// the leader.
 func serveRunnable(srv *http.Server, ln net.Listener, cert, key string) manager.Runnable {
 	return manager.RunnableFunc(func(ctx context.Context) error {
 		go func() {
