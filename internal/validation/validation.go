@@ -163,6 +163,9 @@ func Spec(s *tidev1.TidePoolSpec, path *field.Path) field.ErrorList {
 		add(local(l, path.Child("local"))...)
 	}
 	if b := s.Bootstrap; b != nil {
+		if s.Provider != "" && s.Provider != tidev1.ProviderAWS && s.Provider != tidev1.ProviderTencent {
+			add(field.Invalid(path.Child("bootstrap"), s.Provider, "user data is for cloud instances: use it with provider aws or tencent, or remove it"))
+		}
 		add(bootstrap(b, path.Child("bootstrap"))...)
 	}
 	if s.Provider == tidev1.ProviderSim && s.Sim == nil {

@@ -71,6 +71,12 @@ type invalid struct {
 // base is prepended to a case's spec unless the case sets minimum itself.
 const base = "provider: local\nminimum: 1\nmaximum: 4\n"
 
+// awsBase and tencentBase are bases for cloud-only fields.
+const (
+	awsBase     = "provider: aws\nregion: us-east-1\nminimum: 1\nmaximum: 4\n"
+	tencentBase = "provider: tencent\nregion: ap-singapore\nminimum: 1\nmaximum: 4\n"
+)
+
 func both(name, field, spec string) invalid {
 	return invalid{name: name, spec: spec, field: field, apiServer: true}
 }
@@ -103,12 +109,13 @@ var invalidCases = []invalid{
 	// Serving, draining, local.
 	both("port above 65535", "spec.serving.port", base+"serving: {port: 70000}\n"),
 	both("readiness path without /", "spec.serving.readinessPath", base+"serving: {readinessPath: healthz}\n"),
-	both("bootstrap template unknown", "spec.bootstrap.template", base+"bootstrap: {template: docker, model: m}\n"),
-	both("bootstrap ollama without model", "spec.bootstrap", base+"bootstrap: {template: ollama}\n"),
-	both("bootstrap none without userData", "spec.bootstrap", base+"bootstrap: {template: none}\n"),
-	both("bootstrap model with a space", "spec.bootstrap.model", base+"bootstrap: {template: ollama, model: \"qwen 2\"}\n"),
-	both("bootstrap agentURL over http", "spec.bootstrap.agentURL", base+"bootstrap: {template: ollama, model: qwen2, agentURL: \"http://example.com/tidegpu\"}\n"),
-	both("bootstrap agentSHA256 not hex", "spec.bootstrap.agentSHA256", base+"bootstrap: {template: ollama, model: qwen2, agentSHA256: xyz}\n"),
+	both("bootstrap on a local pool", "spec.bootstrap", base+"bootstrap: {template: ollama, model: qwen2}\n"),
+	both("bootstrap template unknown", "spec.bootstrap.template", awsBase+"bootstrap: {template: docker, model: m}\n"),
+	both("bootstrap ollama without model", "spec.bootstrap", awsBase+"bootstrap: {template: ollama}\n"),
+	both("bootstrap none without userData", "spec.bootstrap", awsBase+"bootstrap: {template: none}\n"),
+	both("bootstrap model with a space", "spec.bootstrap.model", awsBase+"bootstrap: {template: ollama, model: \"qwen 2\"}\n"),
+	both("bootstrap agentURL over http", "spec.bootstrap.agentURL", awsBase+"bootstrap: {template: ollama, model: qwen2, agentURL: \"http://example.com/tidegpu\"}\n"),
+	both("bootstrap agentSHA256 not hex", "spec.bootstrap.agentSHA256", awsBase+"bootstrap: {template: ollama, model: qwen2, agentSHA256: xyz}\n"),
 	both("drainSeconds above 3600", "spec.drainSeconds", base+"drainSeconds: 4000\n"),
 	both("env without =", "spec.local.env[0]", base+"local: {env: [novalue]}\n"),
 	both("blank program", "spec.local.command", base+"local: {command: [\" \", serve]}\n"),
@@ -224,9 +231,9 @@ var validCases = []struct{ name, spec string }{
 	{"kong by host and port", base + "kongGatewayIP: kong.internal:8001\n"},
 	{"kong by IPv6", base + "kongGatewayIP: \"fe80::1\"\n"},
 	{"kong spec", base + "kong: {adminURL: \"https://kong-admin:8444\", tokenSecretRef: {name: kong, key: token}, tlsSecretRef: {name: kong-tls}}\n"},
-	{"bootstrap ollama", base + "bootstrap: {template: ollama, model: \"qwen2:0.5b\"}\n"},
-	{"bootstrap vllm with args", base + "bootstrap: {template: vllm, model: Qwen/Qwen2.5-0.5B-Instruct, args: [--max-model-len, \"4096\"], agentURL: \"https://example.com/tidegpu\", agentSHA256: " + strings.Repeat("a", 64) + "}\n"},
-	{"bootstrap none", base + "bootstrap: {template: none, userData: \"#cloud-config\\n\"}\n"},
+	{"bootstrap ollama", awsBase + "bootstrap: {template: ollama, model: \"qwen2:0.5b\"}\n"},
+	{"bootstrap vllm with args", tencentBase + "bootstrap: {template: vllm, model: Qwen/Qwen2.5-0.5B-Instruct, args: [--max-model-len, \"4096\"], agentURL: \"https://example.com/tidegpu\", agentSHA256: " + strings.Repeat("a", 64) + "}\n"},
+	{"bootstrap none", awsBase + "bootstrap: {template: none, userData: \"#cloud-config\\n\"}\n"},
 	{"serving, draining, local", base + "drainSeconds: 0\nserving: {port: 8080, readinessPath: /, models: [qwen2]}\nlocal: {command: [ollama, serve], env: [\"A=\", \"B=c=d\"], startTimeoutSeconds: 5}\n"},
 	{"pricing and budget", base + "pricing: {onDemandPerHour: \"3.06\", spotPerHour: \"0.918\", standbyPerHour: \"0.0111\", currency: EUR}\nbudget: {monthly: \"2500\", currency: EUR, action: CapAtMinimum}\n"},
 	{"every autoscaler", "provider: local\nminimum: 1\nmaximum: 8\n" + `autoscaling:
