@@ -119,6 +119,22 @@ func TestQueueHandlesEachKindAndDeletes(t *testing.T) {
 	}
 }
 
+// A rebalance recommendation is a notice due RebalanceDeadline after it;
+// the interruption warning that follows it, no earlier, is not handled
+// again.
+func TestQueueRebalanceThenWarning(t *testing.T) {
+	e := newEnv(t, clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)))
+	e.srv.Send(rebalanceEvent)
+	e.srv.Send(strings.Replace(interruptionEvent, "2026-03-01T12:00:00Z", "2026-03-01T12:00:05Z", 1))
+	if err := e.q.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"llm/chat i-1234567890abcdef0 2026-03-01T12:02:00Z " + SourceRebalance}
+	if got := e.sink.list(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("notices %v, want %v", got, want)
+	}
+}
+
 // A message whose pool cannot be looked up is kept: it comes back after
 // its visibility timeout and is handled then.
 func TestQueueKeepsAMessageItCouldNotHandle(t *testing.T) {
