@@ -36,6 +36,9 @@ type Input struct {
 	// measured cold start; zero if unknown). Scaling to zero weighs it
 	// against the idle gaps it has seen.
 	ColdStart time.Duration
+	// Woken: a gateway holds a request for the pool and found no ready
+	// instance. It counts as load above the activation threshold.
+	Woken bool
 	// Metrics holds the latest observation of each metric; several of one
 	// metric are allowed (the newest counts for the HPA, all that fall in
 	// the panic window count for panic mode).
@@ -397,6 +400,9 @@ func (a *Autoscaler) Recommend(in Input) Decision {
 
 	if z := cfg.zero; z != nil {
 		act := a.activity(obs, now, z.threshold)
+		if in.Woken && !act.active {
+			act = activity{known: true, active: true, metric: MetricWoken, value: 1}
+		}
 		a.trackActivity(act, now, z)
 		if effMin == 0 {
 			a.applyZero(cur, in.ColdStart, act, now, &d)

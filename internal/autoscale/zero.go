@@ -44,6 +44,10 @@ const (
 	SourceActivation Source = "activation"
 )
 
+// MetricWoken is the metric a decision names when a gateway's wake-up (a
+// request waiting for a pool with no ready instance) activated the pool.
+const MetricWoken = "gateway-wake"
+
 // zeroCfg is a resolved ScaleToZeroSpec.
 type zeroCfg struct {
 	idle      time.Duration
@@ -161,6 +165,9 @@ func (a *Autoscaler) applyZero(cur int32, coldStart time.Duration, act activity,
 			want := min(max(d.DesiredReplicas, 1), a.cfg.max)
 			d.DesiredReplicas, d.Source, d.Metric, d.Value, d.Limited = want, SourceActivation, act.metric, act.value, ""
 			d.Reason = fmt.Sprintf("activation: %s %.4g > %.4g wakes the pool from zero → %d", act.metric, act.value, z.threshold, want)
+			if act.metric == MetricWoken {
+				d.Reason = fmt.Sprintf("activation: a request waits at the gateway, waking the pool from zero → %d", want)
+			}
 		case d.DesiredReplicas > 0 && (d.Source == SourcePredictive || d.Source == SourceBurst):
 			// Provision ahead of the load the profile expects.
 		default:

@@ -190,3 +190,21 @@ func TestScaleToZeroStateRoundTrips(t *testing.T) {
 		t.Fatalf("restored %+v, want %+v", got, st)
 	}
 }
+
+func TestScaleToZeroWokenByTheGateway(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	a, _ := New(zeroConfig(nil), clk)
+	// No observation at all (a standalone gateway's counts not yet read):
+	// the wake-up alone activates the pool.
+	d := a.Recommend(Input{CurrentReplicas: 0, Woken: true})
+	if d.DesiredReplicas != 1 || d.Source != SourceActivation || !strings.Contains(d.Reason, "waits at the gateway") {
+		t.Fatalf("got %d from %s (%s), want an activation to 1", d.DesiredReplicas, d.Source, d.Reason)
+	}
+	// The wake-up starts the idle window again: the instance stays while
+	// it boots.
+	clk.Step(4 * time.Minute)
+	d = a.Recommend(Input{CurrentReplicas: 1, Metrics: []Observation{obs("concurrency", 0, clk.Now())}})
+	if d.DesiredReplicas != 1 {
+		t.Fatalf("got %d (%s) 4 min after a wake-up, want 1", d.DesiredReplicas, d.Reason)
+	}
+}

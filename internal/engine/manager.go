@@ -299,3 +299,12 @@ func (m *Manager) SetWeights(pool string, w map[string]int32) error {
 	p.setWeights(cp)
 	return nil
 }
+
+// Wake asks a pool's autoscaler to evaluate now (see Pool.Wake); false
+// when the pool is unknown or cannot grow.
+func (m *Manager) Wake(pool string) bool {
+	m.mu.Lock()
+	p := m.pools[pool]
+	m.mu.Unlock()
+	return p != nil && p.Wake()
+}
