@@ -3,6 +3,7 @@ package autoscale
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -98,21 +99,35 @@ type activity struct {
 
 func (a *Autoscaler) activity(obs map[string]Observation, now time.Time, threshold float64) activity {
 	var act activity
-	for _, m := range a.cfg.metrics {
-		if !m.additive {
-			continue
-		}
-		o, ok := obs[m.name]
+	note := func(name string) {
+		o, ok := obs[name]
 		if !ok || now.Sub(o.At) > a.cfg.maxAge {
-			continue
+			return
 		}
 		act.known = true
 		if o.Value > threshold && (!act.active || o.Value > act.value) {
-			act.active, act.metric, act.value = true, m.name, o.Value
+			act.active, act.metric, act.value = true, name, o.Value
+		}
+	}
+	for _, m := range a.cfg.metrics {
+		if m.additive {
+			note(m.name)
+		}
+	}
+	// The load metrics a signal source reports under their default names
+	// count too, configured or not: a pool that scales on concurrency
+	// sampled every few seconds still sees the short requests in between
+	// through qps.
+	for _, name := range loadMetrics {
+		if !slices.ContainsFunc(a.cfg.metrics, func(m metric) bool { return m.name == name }) {
+			note(name)
 		}
 	}
 	return act
 }
+
+// loadMetrics are the default names of the additive metrics.
+var loadMetrics = []string{"qps", "concurrency", "queue-length"}
 
 // trackActivity folds one evaluation into the idle memory: the last time
 // the pool was active and the idle gaps that outlasted the window.
@@ -181,8 +196,15 @@ func (a *Autoscaler) applyZero(cur int32, coldStart time.Duration, act activity,
 	}
 	// As in KEDA, load at or below the activation threshold counts as idle
 	// even where the reactive recommender still wants its one instance.
-	if d.DesiredReplicas > 1 || d.Source == SourceHold || !act.known || act.active ||
+	if d.DesiredReplicas > 1 || d.Source == SourceHold || !act.known ||
 		(d.DesiredReplicas > 0 && (d.Source == SourcePredictive || d.Source == SourceBurst || d.Panic)) {
+		return
+	}
+	if act.active {
+		if d.DesiredReplicas == 0 {
+			d.DesiredReplicas, d.Source, d.Limited = 1, SourceIdle, ""
+			d.Reason = fmt.Sprintf("idle: keeping 1 instance, %s %.4g > %.4g: requests still arrive", act.metric, act.value, z.threshold)
+		}
 		return
 	}
 	idleFor := now.Sub(a.st.ActiveAt)

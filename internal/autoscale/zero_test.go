@@ -208,3 +208,18 @@ func TestScaleToZeroWokenByTheGateway(t *testing.T) {
 		t.Fatalf("got %d (%s) 4 min after a wake-up, want 1", d.DesiredReplicas, d.Reason)
 	}
 }
+
+func TestScaleToZeroSeesShortRequestsThroughQPS(t *testing.T) {
+	// Concurrency sampled at 0 between short requests, qps above 0: the
+	// pool is not idle.
+	clk := testingclock.NewFakeClock(t0)
+	a, _ := New(zeroConfig(&ScaleToZeroSpec{IdleWindow: dur(time.Minute)}), clk)
+	var d Decision
+	for range 30 {
+		d = a.Recommend(Input{CurrentReplicas: 1, Metrics: []Observation{obs("concurrency", 0, clk.Now()), obs("qps", 0.2, clk.Now())}})
+		clk.Step(5 * time.Second)
+	}
+	if d.DesiredReplicas != 1 || !strings.Contains(d.Reason, "qps 0.2 > 0") {
+		t.Fatalf("got %d from %s (%s), want the pool kept by its qps", d.DesiredReplicas, d.Source, d.Reason)
+	}
+}
