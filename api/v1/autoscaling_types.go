@@ -22,6 +22,7 @@ import (
 // AutoscalingActive False, reason InvalidConfig).
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.panic) || (has(self.metrics) && self.metrics.exists(m, m.type in ['QPS', 'Concurrency', 'QueueLength'] || (m.type == 'PromQL' && (!has(m.targetType) || m.targetType == 'AverageValue'))))",fieldPath=".panic",message="panic needs an additive metric (QPS, Concurrency, QueueLength or PromQL AverageValue) in metrics: add one or remove panic"
+// +kubebuilder:validation:XValidation:rule="!has(self.scaleToZero) || (has(self.metrics) && self.metrics.exists(m, m.type in ['QPS', 'Concurrency', 'QueueLength'] || (m.type == 'PromQL' && (!has(m.targetType) || m.targetType == 'AverageValue'))))",fieldPath=".scaleToZero",message="scaleToZero needs an additive metric (QPS, Concurrency or QueueLength) in metrics to wake the pool: add one, for example {type: Concurrency, target: \"4\"}"
 type AutoscalingSpec struct {
 	// MinReplicas is the lowest size the autoscaler recommends. On a
 	// TidePool, unset means spec.minimum.
