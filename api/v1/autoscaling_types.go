@@ -22,6 +22,7 @@ import (
 // AutoscalingActive False, reason InvalidConfig).
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.panic) || (has(self.metrics) && self.metrics.exists(m, m.type in ['QPS', 'Concurrency', 'QueueLength'] || (m.type == 'PromQL' && (!has(m.targetType) || m.targetType == 'AverageValue'))))",fieldPath=".panic",message="panic needs an additive metric (QPS, Concurrency, QueueLength or PromQL AverageValue) in metrics: add one or remove panic"
+// +kubebuilder:validation:XValidation:rule="!has(self.scaleToZero) || (has(self.metrics) && self.metrics.exists(m, m.type in ['QPS', 'Concurrency', 'QueueLength'] || (m.type == 'PromQL' && (!has(m.targetType) || m.targetType == 'AverageValue'))))",fieldPath=".scaleToZero",message="scaleToZero needs an additive metric (QPS, Concurrency or QueueLength) in metrics to wake the pool: add one, for example {type: Concurrency, target: \"4\"}"
 type AutoscalingSpec struct {
 	// MinReplicas is the lowest size the autoscaler recommends. On a
 	// TidePool, unset means spec.minimum.
@@ -66,6 +67,15 @@ type AutoscalingSpec struct {
 	// trailing window. Unset means off.
 	// +optional
 	Burst *BurstSpec `json:"burst,omitempty"`
+
+	// ScaleToZero tunes how a pool whose minimum is 0 goes to zero
+	// instances when idle and wakes at the next request. A pool with
+	// spec.minimum 0 (and minReplicas 0 or unset) and an additive metric
+	// (QPS, Concurrency, QueueLength) scales to zero with the defaults when
+	// this is unset; without an additive metric it keeps one instance, as
+	// nothing could wake it.
+	// +optional
+	ScaleToZero *ScaleToZeroSpec `json:"scaleToZero,omitempty"`
 
 	// MetricMaxAge is how old an observation may be before it counts as
 	// missing. Default 60s.
@@ -386,12 +396,37 @@ type BurstSpec struct {
 	Bucket *metav1.Duration `json:"bucket,omitempty"`
 }
 
+// ScaleToZeroSpec configures scaling to and from zero instances.
+type ScaleToZeroSpec struct {
+	// IdleWindow is how long every additive metric must stay at or below
+	// the activation threshold (no request in flight, waiting or arriving)
+	// before the last instance goes. 30s-24h. Default 5m (KEDA's
+	// cooldownPeriod). The autoscaler also keeps the last instance when the
+	// idle gaps it has seen after the window were on average shorter than
+	// the pool's measured cold start: a restart would cost more than it
+	// saves.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s') && duration(self) <= duration('24h')",message="idleWindow must be between 30s and 24h, such as 5m"
+	// +optional
+	IdleWindow *metav1.Duration `json:"idleWindow,omitempty"`
+
+	// ActivationThreshold: at zero, the pool wakes when an additive metric
+	// (the requests the gateway holds for it count as in flight and
+	// waiting) is above it; the pool also counts as idle only while every
+	// additive metric is at or below it. Default 0: the first request wakes
+	// the pool (KEDA's activationThreshold).
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="activationThreshold must be >= 0"
+	// +optional
+	ActivationThreshold *resource.Quantity `json:"activationThreshold,omitempty"`
+}
+
 // AutoscalingStatus records the autoscaler's last decision.
 type AutoscalingStatus struct {
 	// DesiredReplicas is what the autoscaler wants.
 	DesiredReplicas int32 `json:"desiredReplicas"`
 	// Recommender that won: reactive, panic, predictive, burst, schedule,
-	// minReplicas, maxReplicas or hold.
+	// minReplicas, maxReplicas, hold, idle (at or going to zero, or keeping
+	// the last instance through an idle window) or activation (woken from
+	// zero).
 	Recommender string `json:"recommender"`
 	// Metric (or schedule) and Value behind the decision.
 	// +optional

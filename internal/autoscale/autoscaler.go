@@ -32,6 +32,13 @@ type Input struct {
 	// CurrentReplicas. Value metrics scale it (the HPA's ready pod count);
 	// panic mode compares the burst with it (Knative).
 	ReadyReplicas int32
+	// ColdStart is how long a new instance takes to serve (the pool's
+	// measured cold start; zero if unknown). Scaling to zero weighs it
+	// against the idle gaps it has seen.
+	ColdStart time.Duration
+	// Woken: a gateway holds a request for the pool and found no ready
+	// instance. It counts as load above the activation threshold.
+	Woken bool
 	// Metrics holds the latest observation of each metric; several of one
 	// metric are allowed (the newest counts for the HPA, all that fall in
 	// the panic window count for panic mode).
@@ -127,6 +134,12 @@ type State struct {
 	ProfileFedUntil time.Time `json:"profileFedUntil,omitzero"`
 	// Burst is the burst recommender's window of bucket loads.
 	Burst *BurstState `json:"burst,omitempty"`
+	// ActiveAt is the last evaluation that saw load above the activation
+	// threshold (scaling to zero; the idle window runs from it).
+	ActiveAt time.Time `json:"activeAt,omitzero"`
+	// IdleGaps are the lengths in seconds of the newest idle gaps that
+	// outlasted the idle window.
+	IdleGaps []int64 `json:"idleGaps,omitempty"`
 }
 
 // ErrStateVersion is returned by Restore for a State of another version.
@@ -226,6 +239,7 @@ func copyState(s State) State {
 	out.Recommendations = slices.Clone(s.Recommendations)
 	out.ScaleUpEvents = slices.Clone(s.ScaleUpEvents)
 	out.ScaleDownEvents = slices.Clone(s.ScaleDownEvents)
+	out.IdleGaps = slices.Clone(s.IdleGaps)
 	if s.PanicSince != nil {
 		t := *s.PanicSince
 		out.PanicSince = &t
@@ -382,6 +396,20 @@ func (a *Autoscaler) Recommend(in Input) Decision {
 					want, cfg.panicThres*100, cfg.stableWin, a.st.PanicSince.Format(time.RFC3339))
 			}
 		}
+	}
+
+	if z := cfg.zero; z != nil {
+		act := a.activity(obs, now, z.threshold)
+		if in.Woken && !act.active {
+			act = activity{known: true, active: true, metric: MetricWoken, value: 1}
+		}
+		a.trackActivity(act, now, z)
+		if effMin == 0 {
+			a.applyZero(cur, in.ColdStart, act, now, &d)
+		}
+	} else if cfg.keepOne && effMin == 0 && cur > 0 && d.DesiredReplicas == 0 {
+		d.DesiredReplicas, d.Source, d.Limited = 1, SourceIdle, ""
+		d.Reason = "idle: keeping 1 instance: no additive metric (QPS, Concurrency, QueueLength) could wake the pool from zero"
 	}
 
 	if d.DesiredReplicas != cur {

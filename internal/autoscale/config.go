@@ -122,6 +122,10 @@ type resolved struct {
 	schedules  []schedule
 	pred       *predictive
 	burst      *burst
+	// zero is set when the pool may scale to zero; keepOne when its
+	// minimum is 0 but no additive metric could wake it.
+	zero    *zeroCfg
+	keepOne bool
 }
 
 func fieldErr(field, format string, args ...any) error {
@@ -236,6 +240,11 @@ func resolve(cfg Config) (*resolved, error) {
 			errs = append(errs, err)
 		}
 		r.burst = b
+	}
+	if z, keep, err := resolveZero(cfg, r.metrics); err != nil {
+		errs = append(errs, err)
+	} else {
+		r.zero, r.keepOne = z, keep
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -36,6 +36,8 @@ type (
 	PredictiveSpec = tidev1.PredictiveSpec
 	// BurstSpec is tidev1.BurstSpec.
 	BurstSpec = tidev1.BurstSpec
+	// ScaleToZeroSpec is tidev1.ScaleToZeroSpec.
+	ScaleToZeroSpec = tidev1.ScaleToZeroSpec
 )
 
 // Constants of the configuration types.

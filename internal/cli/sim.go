@@ -24,6 +24,7 @@ const simShutdownTimeout = 5 * time.Second
 // simOptions are the flags of `tidegpu sim`.
 type simOptions struct {
 	addr          string
+	loadTime      time.Duration
 	models        []string
 	ttft          time.Duration
 	tokenTime     time.Duration
@@ -80,6 +81,7 @@ given and TIDEGPU_PORT is set.`,
 	f.IntVar(&o.outputTokens, "output-tokens", sim.DefaultOutputTokens, "tokens generated per answer unless the request sets a limit")
 	f.Float64Var(&o.slowFactor, "slow-factor", sim.DefaultSlowFactor, "multiplies --ttft and --token-time (makes this backend slower)")
 	f.IntVar(&o.embeddingDim, "embedding-dim", sim.DefaultEmbeddingDim, "dimension of the deterministic embedding vectors (/api/embed, /api/embeddings, /v1/embeddings)")
+	f.DurationVar(&o.loadTime, "load-time", 0, "time before the server listens, as a model load at an instance's cold start")
 	f.StringVar(&o.instanceID, "instance-id", os.Getenv("TIDEGPU_INSTANCE_ID"), "instance id reported in the X-Tidegpu-Instance header and metrics; defaults to $TIDEGPU_INSTANCE_ID")
 	return cmd
 }
@@ -170,6 +172,14 @@ func runSim(cmd *cobra.Command, o *simOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if o.loadTime > 0 {
+		// The model load of a cold start: nothing listens until it is done.
+		select {
+		case <-time.After(o.loadTime):
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on --addr %s: %w", addr, err)

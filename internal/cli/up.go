@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,8 @@ func NewUpCommand() *cobra.Command {
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
 		metricsFamily                                            string
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
+		activatorQueue                                           int
+		activatorWait                                            time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE]",
@@ -70,7 +73,7 @@ cluster takes. Bad input is refused before anything starts.`,
 			return embedded.Run(ctx, embedded.Options{
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
 				AdminToken: token, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
-				MetricsFamily: fam, NoBackendMetrics: noMetrics,
+				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait,
 			})
 		},
 	}
@@ -82,6 +85,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&policy, "policy", gateway.PolicyP2C, "gateway balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
+	addActivatorFlags(f, &activatorQueue, &activatorWait)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

@@ -58,6 +58,10 @@ type Options struct {
 	// NoBackendMetrics balances on the gateway's own measurements only,
 	// reading no /metrics.
 	NoBackendMetrics bool
+	// ActivatorQueue and ActivatorWait bound the requests the gateway holds
+	// for a pool at zero while it wakes (0: the gateway's defaults).
+	ActivatorQueue int
+	ActivatorWait  time.Duration
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -126,8 +130,9 @@ func Run(ctx context.Context, o Options) error {
 	// The recorder gets the gateway and the ledger below, before the
 	// gateway serves its first request.
 	usage := &usageRecorder{}
+	waker := &lateWaker{}
 	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond,
-		OnUsage: usage.streamUsage}
+		OnUsage: usage.streamUsage, Waker: waker, ActivatorQueue: o.ActivatorQueue, ActivatorWait: o.ActivatorWait}
 	if !o.NoBackendMetrics {
 		scrape := metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily})
 		defer scrape.Close()
@@ -265,6 +270,7 @@ func Run(ctx context.Context, o Options) error {
 		close(engineDone)
 	}()
 	mgr := mgrs
+	waker.set(mgrs)
 
 	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
 	go sampler.Run(engineCtx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
@@ -78,4 +79,21 @@ func equalSim(a, b *tidev1.SimSpec) bool {
 		nb = *b.NoticeSeconds
 	}
 	return a.TraceDir == b.TraceDir && a.Binary == b.Binary && a.Compression == b.Compression && na == nb
+}
+
+// Wake wakes a pool at zero for the gateway's activator.
+func (ms managers) Wake(pool string) bool {
+	m := ms.owner(pool)
+	return m != nil && m.Wake(pool)
+}
+
+// lateWaker is the gateway's Waker, bound to the managers once they exist
+// (the gateway starts first); until then no pool can be woken.
+type lateWaker struct{ ms atomic.Pointer[managers] }
+
+func (w *lateWaker) set(ms managers) { w.ms.Store(&ms) }
+
+func (w *lateWaker) Wake(pool string) bool {
+	ms := w.ms.Load()
+	return ms != nil && ms.Wake(pool)
 }

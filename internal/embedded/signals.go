@@ -10,7 +10,8 @@ import (
 )
 
 // gatewaySignals derives a pool's autoscaling signals from the embedded
-// gateway's own measurements: concurrency (requests in flight) and QPS
+// gateway's own measurements: concurrency (requests in flight, and those
+// its activator holds for a pool at zero) and QPS
 // (requests started per second since the last look). Queue depth, GPU
 // utilisation and latency percentiles come from the backends' metrics, not
 // from here.
@@ -41,6 +42,9 @@ func (s *gatewaySignals) Observe(pool string, now time.Time) []autoscale.Observa
 		inFlight += b.InFlight
 		requests += b.Requests
 	}
+	// Requests the activator holds for a pool at zero are load it has to
+	// serve: they count as in flight.
+	inFlight += s.gw.Held(pool)
 	return s.observe(pool, inFlight, requests, now)
 }
 

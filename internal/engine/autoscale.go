@@ -11,6 +11,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/autoscale"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/placement"
 )
 
 // Signals reports a pool's inference signals for the autoscaler: one
@@ -58,29 +59,54 @@ const AutoscaleEvery = 5 * time.Second
 func autoscaleConfig(spec *tidev1.TidePoolSpec) autoscale.Config { return autoscale.ForPool(spec) }
 
 // autoscale evaluates the pool's autoscaler when due and returns the size
-// it wants (0: no autoscaling, use the spec) and when to evaluate again.
-func (p *Pool) autoscale(spec *tidev1.TidePoolSpec, current, ready int32, now time.Time) (int32, time.Duration) {
+// it wants (ok false: no autoscaling, use the spec) and when to evaluate
+// again.
+func (p *Pool) autoscale(spec *tidev1.TidePoolSpec, current, ready int32, now time.Time) (int32, bool, time.Duration) {
 	a, ok := p.scalerFor(spec)
 	if !ok {
-		return 0, 0
+		return 0, false, 0
 	}
 	p.mu.Lock()
-	due := now.Sub(p.scaledAt) >= AutoscaleEvery
-	desired := p.autoDesired
+	due := p.woken || now.Sub(p.scaledAt) >= AutoscaleEvery
+	desired, known, woken := p.autoDesired, p.autoKnown, p.woken
+	p.woken = false
+	mem := p.capMem
 	p.mu.Unlock()
-	if !due && desired > 0 {
-		return desired, AutoscaleEvery - now.Sub(p.scaledAt)
+	if !due && known {
+		return desired, true, AutoscaleEvery - now.Sub(p.scaledAt)
 	}
 	var obs []autoscale.Observation
 	if p.deps.signals != nil {
 		obs = p.deps.signals.Observe(p.name, now)
 	}
-	if desired == 0 {
+	if !known {
 		desired = current
 	}
-	d := a.Recommend(autoscale.Input{CurrentReplicas: desired, ReadyReplicas: ready, Metrics: obs})
+	var view placement.Memory
+	if mem != nil {
+		view = mem
+	}
+	d := a.Recommend(autoscale.Input{CurrentReplicas: desired, ReadyReplicas: ready, Metrics: obs,
+		ColdStart: timingOf(spec, view).ColdStart, Woken: woken})
 	p.noteScale(d, now)
-	return d.DesiredReplicas, AutoscaleEvery
+	return d.DesiredReplicas, true, AutoscaleEvery
+}
+
+// Wake asks the pool's autoscaler to look at its signals now rather than
+// at its next evaluation: a gateway holds a request for the pool and no
+// instance is ready (a pool at zero). It reports whether the pool can
+// grow: it autoscales and its maximum is above zero.
+func (p *Pool) Wake() bool {
+	p.mu.Lock()
+	can := p.spec.Autoscaling != nil && p.spec.Maximum > 0
+	if can {
+		p.woken = true
+	}
+	p.mu.Unlock()
+	if can {
+		p.Trigger()
+	}
+	return can
 }
 
 // scalerFor returns the pool's autoscaler, made anew when spec.autoscaling
@@ -88,7 +114,7 @@ func (p *Pool) autoscale(spec *tidev1.TidePoolSpec, current, ready int32, now ti
 func (p *Pool) scalerFor(spec *tidev1.TidePoolSpec) (*autoscale.Autoscaler, bool) {
 	if spec.Autoscaling == nil {
 		p.mu.Lock()
-		p.scaler, p.scalerCfg, p.status.Autoscaling = nil, "", nil
+		p.scaler, p.scalerCfg, p.status.Autoscaling, p.autoKnown = nil, "", nil, false
 		p.mu.Unlock()
 		return nil, false
 	}
@@ -102,7 +128,7 @@ func (p *Pool) scalerFor(spec *tidev1.TidePoolSpec) (*autoscale.Autoscaler, bool
 			p.setConditionLocked("AutoscalingActive", metav1.ConditionFalse, "InvalidConfig", "spec.autoscaling: "+err.Error())
 			return nil, false
 		}
-		p.scaler, p.scalerCfg, p.scaledAt = a, string(key), time.Time{}
+		p.scaler, p.scalerCfg, p.scaledAt, p.autoKnown = a, string(key), time.Time{}, false
 	}
 	return p.scaler, true
 }
@@ -111,8 +137,8 @@ func (p *Pool) scalerFor(spec *tidev1.TidePoolSpec) (*autoscale.Autoscaler, bool
 // condition, and records the event when the size changes.
 func (p *Pool) noteScale(d autoscale.Decision, now time.Time) {
 	p.mu.Lock()
-	prev := p.autoDesired
-	p.autoDesired = d.DesiredReplicas
+	prev, known := p.autoDesired, p.autoKnown
+	p.autoDesired, p.autoKnown = d.DesiredReplicas, true
 	p.scaledAt = now
 	st := &tidev1.AutoscalingStatus{DesiredReplicas: d.DesiredReplicas, Recommender: string(d.Source), Metric: d.Metric,
 		Reason: d.Reason, Panic: d.Panic}
@@ -122,7 +148,7 @@ func (p *Pool) noteScale(d autoscale.Decision, now time.Time) {
 	if old := p.status.Autoscaling; old != nil {
 		st.LastScaleTime = old.LastScaleTime
 	}
-	changed := prev != 0 && prev != d.DesiredReplicas
+	changed := known && prev != d.DesiredReplicas
 	if changed {
 		t := metav1.NewTime(now)
 		st.LastScaleTime = &t

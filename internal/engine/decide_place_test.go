@@ -298,3 +298,35 @@ func TestDecideSettles(t *testing.T) {
 		t.Errorf("launches %+v, want one replacing gone-1", d.Launches)
 	}
 }
+
+// A pool that may scale to zero keeps one stopped on-demand instance at
+// zero (Adaptive's default standby), and its wake-up starts it.
+func TestDecideScaleToZeroStandby(t *testing.T) {
+	mem := placement.NewCapacityMemory(fakeclock.NewFakeClock(t0), 0)
+	spec := func(n int32) *tidev1.TidePoolSpec {
+		s := placedSpec(0, "", nil)
+		s.Maximum, s.Replicas = 2, &n
+		s.Autoscaling = &tidev1.AutoscalingSpec{}
+		return s
+	}
+	stopped := with(pinst("s", provider.MarketOnDemand, false), func(v *View) { v.State = provider.StateStopped })
+	if got := StandbyFor(spec(0), 0); got != 1 {
+		t.Fatalf("StandbyFor at zero = %d, want 1", got)
+	}
+	if got := StandbyFor(&tidev1.TidePoolSpec{Placement: &tidev1.PlacementSpec{}}, 0); got != 0 {
+		t.Fatalf("StandbyFor(0) of a pool that cannot scale to zero = %d, want 0", got)
+	}
+	atZero := placedSnapshot(spec(0), true, mem, stopped)
+	atZero.StandbyUsable = true
+	d := Decide(atZero)
+	if len(d.Terminations)+len(d.Launches)+len(d.Starts) != 0 || d.Phases["s"] != tidev1.PhaseStandby {
+		t.Fatalf("at zero: terminations %v launches %v starts %v phase %q; want the standby kept as it is", termIDs(d), launchKeys(d), d.Starts, d.Phases["s"])
+	}
+	woken := placedSnapshot(spec(1), true, mem, stopped)
+	woken.StandbyUsable = true
+	d = Decide(woken)
+	if len(d.Starts) != 1 || d.Starts[0].ID != "s" {
+		t.Fatalf("woken: starts %v launches %v; want the standby started", d.Starts, launchKeys(d))
+	}
+	t.Logf("woken: start %s (%s); launches %v", d.Starts[0].ID, d.Starts[0].Reason, launchKeys(d))
+}

@@ -312,3 +312,12 @@ func (m *Manager) Trigger(pool string) error {
 	p.Trigger()
 	return nil
 }
+
+// Wake asks a pool's autoscaler to evaluate now (see Pool.Wake); false
+// when the pool is unknown or cannot grow.
+func (m *Manager) Wake(pool string) bool {
+	m.mu.Lock()
+	p := m.pools[pool]
+	m.mu.Unlock()
+	return p != nil && p.Wake()
+}

@@ -42,8 +42,8 @@ func (p *Pool) observe(ctx context.Context) (Snapshot, error) {
 	p.mu.Unlock()
 
 	current, ready := counted(s.Instances)
-	autoDesired, autoRequeue := p.autoscale(&spec, current, ready, s.Now)
-	if autoDesired > 0 {
+	autoDesired, autoOK, autoRequeue := p.autoscale(&spec, current, ready, s.Now)
+	if autoOK {
 		spec.Replicas = &autoDesired
 	}
 	offers, known := p.offerings(ctx, &spec, s.Now)

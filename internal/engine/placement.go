@@ -24,7 +24,8 @@ func StrategyOf(spec *tidev1.TidePoolSpec) (placement.Strategy, bool) {
 
 // StandbyFor is the warm standby size the spec asks for with want
 // instances: spec.placement.standby, else one per spot instance for the
-// Adaptive strategy (none for the others).
+// Adaptive strategy (none for the others); a pool at zero that may scale
+// to zero keeps one under Adaptive.
 func StandbyFor(spec *tidev1.TidePoolSpec, want int32) int {
 	pl := spec.Placement
 	if pl == nil {
@@ -34,7 +35,13 @@ func StandbyFor(spec *tidev1.TidePoolSpec, want int32) int {
 		return int(*pl.Standby)
 	}
 	if s, _ := StrategyOf(spec); s == placement.Adaptive {
-		return int(max(0, want-min(want, pl.OnDemandBase)))
+		n := int(max(0, want-min(want, pl.OnDemandBase)))
+		if want == 0 && spec.Minimum == 0 && spec.Autoscaling != nil {
+			// A pool at zero keeps one stopped instance: its wake-up is a
+			// warm start.
+			n = 1
+		}
+		return n
 	}
 	return 0
 }

@@ -83,6 +83,11 @@ type Pool struct {
 	scalerCfg   string
 	scaledAt    time.Time
 	autoDesired int32
+	// autoKnown: autoDesired holds a decision of the current autoscaler
+	// (zero is a size, not "none yet"); woken: evaluate it at the next
+	// round (Wake).
+	autoKnown bool
+	woken     bool
 }
 
 type deps struct {

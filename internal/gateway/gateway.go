@@ -81,6 +81,20 @@ type Options struct {
 	// DefaultWaitForBackend; negative means do not wait.
 	WaitForBackend time.Duration
 
+	// Waker, if set, wakes a pool that has no ready instance when a
+	// request for it arrives; while the pool can grow the request is held
+	// (see the activator) instead of answered 503 after WaitForBackend.
+	Waker Waker
+	// ActivatorQueue bounds the requests held per pool; more are answered
+	// 429. 0 means DefaultActivatorQueue.
+	ActivatorQueue int
+	// ActivatorWait bounds how long a held request waits for an instance
+	// before it is answered 503. 0 means DefaultActivatorWait.
+	ActivatorWait time.Duration
+	// KeepAliveEvery paces the keep-alive bytes sent to held streaming
+	// clients. 0 means DefaultKeepAliveEvery.
+	KeepAliveEvery time.Duration
+
 	// ProbeInterval is the period of the active probe. 0 means
 	// DefaultProbeInterval; negative disables probing.
 	ProbeInterval time.Duration
@@ -179,6 +193,8 @@ type Gateway struct {
 	maxRetries    int
 	maxBody       int64
 	waitFor       time.Duration
+	waker         Waker
+	act           *activator
 	probeInterval time.Duration
 	probePath     string
 	probeTimeout  time.Duration
@@ -219,6 +235,9 @@ type table struct {
 	// modelAware: some backend publishes its models, so requests' models
 	// are read.
 	modelAware bool
+	// known is every pool ever published, with backends or without (a
+	// pool at zero): the pools a request that names none may wake.
+	known []string
 }
 
 var emptyTable = &table{pools: map[string][]*Upstream{}, byID: map[string]*Upstream{}}
@@ -241,6 +260,7 @@ func New(opts Options) (*Gateway, error) {
 		maxRetries:      opts.MaxRetries,
 		maxBody:         opts.MaxBodyBytes,
 		waitFor:         opts.WaitForBackend,
+		waker:           opts.Waker,
 		probeInterval:   opts.ProbeInterval,
 		probePath:       opts.ProbePath,
 		probeTimeout:    opts.ProbeTimeout,
@@ -273,6 +293,25 @@ func New(opts Options) (*Gateway, error) {
 	case g.maxBody < 0:
 		bad("MaxBodyBytes", "must not be negative, got %d", g.maxBody)
 	}
+	actQueue, actWait, keepAlive := opts.ActivatorQueue, opts.ActivatorWait, opts.KeepAliveEvery
+	if actQueue == 0 {
+		actQueue = DefaultActivatorQueue
+	}
+	if actWait == 0 {
+		actWait = DefaultActivatorWait
+	}
+	if keepAlive == 0 {
+		keepAlive = DefaultKeepAliveEvery
+	}
+	switch {
+	case actQueue < 0:
+		bad("ActivatorQueue", "must not be negative, got %d", actQueue)
+	case actWait < 0:
+		bad("ActivatorWait", "must not be negative, got %v", actWait)
+	case keepAlive < 0:
+		bad("KeepAliveEvery", "must not be negative, got %v", keepAlive)
+	}
+	g.act = newActivator(actQueue, actWait, keepAlive)
 	switch {
 	case g.waitFor == 0:
 		g.waitFor = DefaultWaitForBackend
@@ -460,6 +499,11 @@ func (g *Gateway) SetBackends(pool string, bs []Backend) {
 		if name != pool {
 			next.pools[name] = ups
 		}
+	}
+	next.known = old.known
+	if !slices.Contains(next.known, pool) {
+		next.known = append(slices.Clone(old.known), pool)
+		slices.Sort(next.known)
 	}
 	keep := make(map[*Upstream]bool, len(bs))
 	seen := make(map[string]bool, len(bs))

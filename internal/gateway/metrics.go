@@ -38,6 +38,7 @@ type metrics struct {
 	retries   *prometheus.CounterVec
 	aborts    prometheus.Counter
 	ejections prometheus.Counter
+	wakes     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
@@ -64,8 +65,12 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Name: "tidegpu_gateway_ejections_total",
 			Help: "Passive ejections of backends after consecutive failures.",
 		}),
+		wakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidegpu_gateway_activator_requests_total",
+			Help: "Requests the activator held because their pool had no ready instance and could grow (a pool at zero).",
+		}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, &stateCollector{g: g}}
+	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, &stateCollector{g: g}}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {
@@ -108,6 +113,13 @@ func (m *metrics) aborted() {
 	m.aborts.Inc()
 }
 
+func (m *metrics) activated() {
+	if m == nil {
+		return
+	}
+	m.wakes.Inc()
+}
+
 func (m *metrics) ejected() {
 	if m == nil {
 		return
@@ -130,6 +142,9 @@ var (
 	healthyDesc = prometheus.NewDesc("tidegpu_gateway_backend_healthy",
 		"1 if the backend passes its probe and is not passively ejected, else 0.",
 		[]string{"pool", "backend"}, nil)
+	heldDesc = prometheus.NewDesc("tidegpu_gateway_activator_held",
+		"Requests the activator holds for a pool with no ready instance, waiting for one to start.",
+		[]string{"pool"}, nil)
 )
 
 // stateCollector reports the per-backend gauges from the gateway's live
@@ -139,6 +154,7 @@ type stateCollector struct{ g *Gateway }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inFlightDesc
 	ch <- healthyDesc
+	ch <- heldDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -158,4 +174,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, in, u.pool, u.id)
 		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, u.pool, u.id)
 	}
+	c.g.act.mu.Lock()
+	for pool, n := range c.g.act.held {
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(n), pool)
+	}
+	c.g.act.mu.Unlock()
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -62,6 +63,14 @@ type exchange struct {
 	// stripUsage: the gateway asked the backend for the stream's usage,
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
+	// activated: the activator held the request once. failCode and
+	// failMsg: how it ended the wait (429, 503), if it did. kept: its
+	// keep-alives committed a 200 in keptKind's format.
+	activated bool
+	failCode  int
+	failMsg   string
+	kept      bool
+	keptKind  keepKind
 
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
@@ -192,6 +201,18 @@ func (e *exchange) serve() {
 				e.commit(&held)
 			case e.r.Context().Err() != nil:
 				g.metrics.request(noBackend, noBackend, statusClientClosed, time.Since(e.start))
+			case e.kept:
+				msg := e.failMsg
+				if msg == "" {
+					msg = "no ready backend"
+				}
+				code := e.failCode
+				if code == 0 {
+					code = http.StatusServiceUnavailable
+				}
+				e.failKept(code, msg)
+			case e.failCode != 0:
+				g.failRetry(e.w, e.start, e.failCode, e.failMsg)
 			case attempts == 0:
 				g.fail(e.w, e.start, http.StatusServiceUnavailable, "no ready backend")
 			default:
@@ -255,6 +276,12 @@ func (e *exchange) next() *Upstream {
 		return u
 	}
 	g := e.g
+	if len(e.tried) == 0 && !e.activated && g.waker != nil {
+		if pools := e.wake(); len(pools) > 0 {
+			e.activated = true
+			return e.hold(pools)
+		}
+	}
 	for {
 		// Take the change channel before looking again, so that a change
 		// between the look and the wait is not missed.
@@ -432,21 +459,32 @@ func (e *exchange) commit(a *attempt) {
 		g.release(u) // after the metrics: see reapLocked
 	}()
 
-	removeHopHeaders(resp.Header)
+	announced := 0
 	h := e.w.Header()
-	for k, vv := range resp.Header {
-		h[k] = vv
-	}
-	h[BackendHeader] = u.idHeader
-	if n := len(resp.Trailer); n > 0 {
-		keys := make([]string, 0, n)
-		for k := range resp.Trailer {
-			keys = append(keys, k)
+	if e.kept {
+		// The activator's keep-alives committed a 200 already: the answer
+		// goes on in the same stream; an error becomes one in its format.
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := readAtMost(resp.Body, 512, 4096)
+			e.failKept(resp.StatusCode, fmt.Sprintf("backend answered %s: %s", resp.Status, bytes.TrimSpace(msg)))
+			return
 		}
-		h["Trailer"] = []string{strings.Join(keys, ", ")}
+	} else {
+		removeHopHeaders(resp.Header)
+		for k, vv := range resp.Header {
+			h[k] = vv
+		}
+		h[BackendHeader] = u.idHeader
+		if n := len(resp.Trailer); n > 0 {
+			keys := make([]string, 0, n)
+			for k := range resp.Trailer {
+				keys = append(keys, k)
+			}
+			h["Trailer"] = []string{strings.Join(keys, ", ")}
+		}
+		announced = len(resp.Trailer)
+		e.w.WriteHeader(resp.StatusCode)
 	}
-	announced := len(resp.Trailer)
-	e.w.WriteHeader(resp.StatusCode)
 
 	var rc *http.ResponseController
 	if resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
@@ -513,6 +551,16 @@ func hasPrefixFold(s, prefix string) bool {
 }
 
 // fail answers the client with a gateway error as JSON {"error": msg}.
+// failRetry answers the activator's 429 and 503 with a Retry-After.
+func (g *Gateway) failRetry(w http.ResponseWriter, start time.Time, code int, msg string) {
+	after := "10"
+	if code == http.StatusTooManyRequests {
+		after = "5"
+	}
+	w.Header().Set("Retry-After", after)
+	g.fail(w, start, code, msg)
+}
+
 func (g *Gateway) fail(w http.ResponseWriter, start time.Time, code int, msg string) {
 	body, _ := json.Marshal(struct {
 		Error string `json:"error"`
@@ -520,7 +568,7 @@ func (g *Gateway) fail(w http.ResponseWriter, start time.Time, code int, msg str
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	if code == http.StatusServiceUnavailable {
+	if code == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(code)

@@ -180,6 +180,10 @@ var invalidCases = []invalid{
 	both("panic window above the stable window", "spec.autoscaling.panic.panicWindow", base+"autoscaling: {panic: {panicWindow: 2m}, metrics: [{type: QPS, target: 1}]}\n"),
 	both("schedule minReplicas above maximum", "spec.autoscaling.schedules", base+"autoscaling: {schedules: [{start: \"0 8 * * *\", end: \"0 18 * * *\", minReplicas: 10}]}\n"),
 	both("schedule minReplicas negative", "spec.autoscaling.schedules[0].minReplicas", base+"autoscaling: {schedules: [{start: \"0 8 * * *\", end: \"0 18 * * *\", minReplicas: -1}]}\n"),
+	both("scaleToZero idle window of 10s", "spec.autoscaling.scaleToZero.idleWindow", "provider: local\nminimum: 0\nmaximum: 4\nautoscaling: {metrics: [{type: Concurrency, target: 4}], scaleToZero: {idleWindow: 10s}}\n"),
+	both("scaleToZero negative activation threshold", "spec.autoscaling.scaleToZero.activationThreshold", "provider: local\nminimum: 0\nmaximum: 4\nautoscaling: {metrics: [{type: Concurrency, target: 4}], scaleToZero: {activationThreshold: \"-1\"}}\n"),
+	both("scaleToZero with minimum 1", "spec.autoscaling.scaleToZero", base+"autoscaling: {metrics: [{type: Concurrency, target: 4}], scaleToZero: {}}\n"),
+	both("scaleToZero without an additive metric", "spec.autoscaling.scaleToZero", "provider: local\nminimum: 0\nmaximum: 4\nautoscaling: {metrics: [{type: Latency, target: 200}], scaleToZero: {}}\n"),
 	upOnly("schedule with a bad cron", "spec.autoscaling.schedules[0].start", base+"autoscaling: {schedules: [{start: \"0 25 * * *\", end: \"0 18 * * *\", minReplicas: 2}]}\n",
 		"the cron grammar (robfig/cron) has no CEL counterpart"),
 	upOnly("schedule that never fires", "spec.autoscaling.schedules[0].start", base+"autoscaling: {schedules: [{start: \"0 0 30 2 *\", end: \"0 18 * * *\", minReplicas: 2}]}\n",
@@ -210,6 +214,7 @@ var invalidCases = []invalid{
 // valid documents both sides must accept.
 var validCases = []struct{ name, spec string }{
 	{"minimal", base},
+	{"scale to zero", "provider: local\nminimum: 0\nmaximum: 4\nautoscaling: {metrics: [{type: Concurrency, target: 4}], scaleToZero: {idleWindow: 10m, activationThreshold: \"0.5\"}, schedules: [{start: \"0 9 * * 1-5\", end: \"0 18 * * 1-5\", minReplicas: 1}]}\n"},
 	{"strategy unset", base + "placement: {}\n"},
 	{"Adaptive with every number", base + `placement:
     strategy: Adaptive
