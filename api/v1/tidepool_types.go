@@ -19,6 +19,12 @@ const (
 	ChargeOnDemand = "POSTPAID_BY_HOUR"
 )
 
+// WakeAnnotation on a TidePool is stamped (with the time, RFC 3339) by a
+// standalone gateway whose activator holds a request for the pool while it
+// has no ready instance: the operator has the pool's autoscaler evaluate at
+// once, so a pool at zero wakes.
+const WakeAnnotation = "tidegpu.eja.dev/wake"
+
 // TidePoolSpec is the wanted shape of a pool of inference instances.
 //
 // The fields of the seed's sample manifest keep their names and meaning;

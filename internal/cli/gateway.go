@@ -40,11 +40,15 @@ type gatewayOptions struct {
 	metrics    string
 	family     string
 	kubeconfig string
-	namespace  string
-	addr       string
-	adminAddr  string
-	policy     string
-	logLevel   string
+	// activatorQueue and activatorWait bound the requests held for a pool
+	// at zero while it wakes.
+	activatorQueue int
+	activatorWait  time.Duration
+	namespace      string
+	addr           string
+	adminAddr      string
+	policy         string
+	logLevel       string
 }
 
 // backendSource publishes the gateway's backends through publish and keeps
@@ -103,6 +107,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f.StringVar(&o.metrics, "metrics", "scrape", "backend signals for balancing: scrape (each backend's /metrics), prometheus=URL (PromQL), or none (the gateway's own measurements)")
 	f.StringVar(&o.family, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
+	addActivatorFlags(f, &o.activatorQueue, &o.activatorWait)
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
@@ -146,11 +151,16 @@ func (o *gatewayOptions) validate() error {
 	return nil
 }
 
+// kube reports whether the backends come from the cluster's pools.
+func (o *gatewayOptions) kube() bool {
+	return o.kubeconfig != "" || (len(o.backends) == 0 && inCluster())
+}
+
 // source returns where the gateway's backends come from: the cluster's
 // pools with --kubeconfig (or in a pod when no --backend is given), else the
 // fixed --backend list.
 func (o *gatewayOptions) source() (backendSource, error) {
-	if o.kubeconfig != "" || (len(o.backends) == 0 && inCluster()) {
+	if o.kube() {
 		if len(o.backends) > 0 {
 			return nil, errors.New("--backend and --kubeconfig exclude each other: use one source of backends")
 		}
@@ -279,7 +289,18 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if msrc != nil {
 		defer msrc.Close()
 	}
-	gwOpts := gateway.Options{Policy: o.policy, Registry: reg, Logger: logger, MetricsInterval: 250 * time.Millisecond}
+	gwOpts := gateway.Options{Policy: o.policy, Registry: reg, Logger: logger, MetricsInterval: 250 * time.Millisecond,
+		ActivatorQueue: o.activatorQueue, ActivatorWait: o.activatorWait}
+	if o.kube() {
+		// Pools at zero are woken through the API server.
+		cfg, err := restConfig(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		if gwOpts.Waker, err = kubesource.NewWaker(cfg, logger); err != nil {
+			return err
+		}
+	}
 	if msrc != nil {
 		gwOpts.Metrics = msrc
 	}

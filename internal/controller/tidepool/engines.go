@@ -47,6 +47,7 @@ type Engines struct {
 	managers  map[string]*engine.Manager // by provider key
 	providers map[string]provider.Provider
 	poolKey   map[string]string // pool → provider key
+	woken     map[string]string // pool → the last wake annotation acted on
 	closers   []func(context.Context) error
 	wg        sync.WaitGroup
 	metrics   *engine.Metrics
@@ -80,7 +81,7 @@ func NewEngines(o EnginesOptions) *Engines {
 	}
 	e := &Engines{rounds: make(chan event.GenericEvent, 1024), recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
 		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound, costing: o.Costing,
-		managers: map[string]*engine.Manager{}, providers: map[string]provider.Provider{}, poolKey: map[string]string{},
+		managers: map[string]*engine.Manager{}, providers: map[string]provider.Provider{}, poolKey: map[string]string{}, woken: map[string]string{},
 		metrics: engine.NewMetrics(o.Registry)}
 	user := o.OnRound
 	e.onRound = func(pool string) {
@@ -143,6 +144,12 @@ func (e *Engines) Apply(ctx context.Context, pool string, tp *tidev1.TidePool, c
 	cp := tp.DeepCopy()
 	cp.Name = pool
 	m.Apply(cp)
+	// A gateway holds a request for the pool with no ready instance: its
+	// autoscaler evaluates now (once per stamp).
+	if at := tp.Annotations[tidev1.WakeAnnotation]; at != "" && at != e.woken[pool] {
+		e.woken[pool] = at
+		m.Wake(pool)
+	}
 	return nil
 }
 
@@ -284,6 +291,7 @@ func (e *Engines) Remove(ctx context.Context, pool string) error {
 	}
 	e.mu.Lock()
 	delete(e.poolKey, pool)
+	delete(e.woken, pool)
 	delete(e.regFP, pool)
 	e.mu.Unlock()
 	e.router.Set(pool, nil)
