@@ -12,16 +12,20 @@ import (
 // CostView is one pool's cost over a window, as `tidegpu cost` and the
 // dashboard show it. Amounts are in Currency.
 type CostView struct {
-	Name               string             `json:"name"`
-	Currency           string             `json:"currency"`
-	Spend              float64            `json:"spend"`
-	RunRatePerHour     float64            `json:"runRatePerHour"`
-	OnDemandEquivalent float64            `json:"onDemandEquivalent"`
-	Savings            float64            `json:"savings"`
-	IdleCost           float64            `json:"idleCost"`
-	InstanceHours      float64            `json:"instanceHours"`
-	BusyHours          float64            `json:"busyHours"`
-	SpendBySource      map[string]float64 `json:"spendBySource"`
+	Name               string  `json:"name"`
+	Currency           string  `json:"currency"`
+	Spend              float64 `json:"spend"`
+	RunRatePerHour     float64 `json:"runRatePerHour"`
+	OnDemandEquivalent float64 `json:"onDemandEquivalent"`
+	Savings            float64 `json:"savings"`
+	IdleCost           float64 `json:"idleCost"`
+	InstanceHours      float64 `json:"instanceHours"`
+	BusyHours          float64 `json:"busyHours"`
+	// ZeroHours is the time the pool ran no instance (scaled to zero) and
+	// ZeroSavings what that saved against keeping one instance.
+	ZeroHours     float64            `json:"zeroHours,omitempty"`
+	ZeroSavings   float64            `json:"zeroSavings,omitempty"`
+	SpendBySource map[string]float64 `json:"spendBySource"`
 	// CostPerMillionTokens by model and basis (allocation: all instance
 	// cost; usage: cost while serving).
 	CostPerMillionTokens []TokenCost `json:"costPerMillionTokens"`
@@ -51,7 +55,8 @@ func BuildCostReport(l *cost.Ledger, now time.Time, window time.Duration) CostRe
 		v := CostView{Name: r.Pool, Currency: r.Currency, Spend: r.EffectiveCost.Float(),
 			OnDemandEquivalent: r.ListCost.Float(), Savings: r.Savings.Float(), IdleCost: r.IdleCost.Float(),
 			RunRatePerHour: r.RunRatePerHour.Float(), InstanceHours: r.InstanceHours, BusyHours: r.BusyHours,
-			SpendBySource: map[string]float64{}, CostPerMillionTokens: []TokenCost{}}
+			SpendBySource: map[string]float64{}, CostPerMillionTokens: []TokenCost{},
+			ZeroHours: r.ZeroHours, ZeroSavings: r.ZeroSavings.Float()}
 		// The report's run-rate is of the window's end, which excludes
 		// what runs at now; ask for the instant itself.
 		for _, m := range l.RunRate(r.Pool, now.Add(-time.Nanosecond)) {

@@ -105,6 +105,11 @@ func writeCostTable(w io.Writer, rep admin.CostReport) {
 			p.OnDemandEquivalent, p.Savings, saved, p.IdleCost, p.InstanceHours, dash(strings.Join(src, ",")))
 	}
 	tw.Flush()
+	for _, p := range rep.Pools {
+		if p.ZeroHours > 0 {
+			fmt.Fprintf(w, "%s: %.2f h at zero instances, %.2f %s saved against keeping one\n", p.Name, p.ZeroHours, p.ZeroSavings, p.Currency)
+		}
+	}
 	var rows []string
 	for _, p := range rep.Pools {
 		for _, t := range p.CostPerMillionTokens {

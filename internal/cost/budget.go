@@ -157,6 +157,7 @@ func (l *Ledger) reportAt(pool string, w Window, now time.Time) []PoolReport {
 		}
 	}
 	l.tallyAggregates(ts, pool, from, to)
+	l.tallyZero(ts, pool, from, to, n)
 	l.mu.RUnlock()
 	return ts.reports(w)
 }

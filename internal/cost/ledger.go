@@ -89,6 +89,7 @@ type Ledger struct {
 	models     map[modelKey]map[int64]*modelVal
 	retired    map[poolCur]*retiredVal
 	retiredIDs map[string]int64 // compacted instance IDs -> end (unix ns)
+	zero       map[string][]zeroStretch
 	restoredAt int64            // events before this are in the restored snapshot
 }
 
@@ -114,6 +115,7 @@ func (l *Ledger) reset() {
 	l.models = map[modelKey]map[int64]*modelVal{}
 	l.retired = map[poolCur]*retiredVal{}
 	l.retiredIDs = map[string]int64{}
+	l.zero = map[string][]zeroStretch{}
 	l.restoredAt = 0
 }
 
@@ -296,6 +298,7 @@ func (l *Ledger) SyncPool(pool string, live []InstanceInfo, now time.Time, price
 			errs = append(errs, err)
 		}
 	}
+	l.noteZero(pool, len(seen), now)
 	return errors.Join(errs...)
 }
 

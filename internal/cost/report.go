@@ -105,6 +105,11 @@ type PoolReport struct {
 	EstimatedCost Money `json:"estimatedCost"`
 	// Models are sorted by name.
 	Models []ModelCost `json:"models,omitempty"`
+	// ZeroHours is the time the pool ran no instance (scaled to zero)
+	// after having run one, and ZeroSavings what those hours saved against
+	// keeping one instance at the price of the pool's last.
+	ZeroHours   float64 `json:"zeroHours,omitempty"`
+	ZeroSavings Money   `json:"zeroSavings,omitzero"`
 }
 
 type tally struct {
@@ -114,6 +119,8 @@ type tally struct {
 	instNs, busyNs     int64
 	instFrac, busyFrac float64
 	runRate            int64
+	zeroNs             int64
+	zeroSaved          acc
 	bySource           map[string]acc
 	models             map[string]*modelTally
 }
@@ -542,6 +549,9 @@ func (ts tallies) reports(w Window) []PoolReport {
 			Savings: Money{k.Currency, t.list.sub(t.eff)}, BusyCost: Money{k.Currency, t.busy},
 			IdleCost: Money{k.Currency, t.eff.sub(t.busy)}, RunRatePerHour: moneyFromNanos(k.Currency, t.runRate),
 			EstimatedCost: Money{k.Currency, t.estimated}, CostBySource: map[string]Money{}}
+		if t.zeroNs > 0 {
+			r.ZeroHours, r.ZeroSavings = float64(t.zeroNs)/float64(nsPerHour), Money{k.Currency, t.zeroSaved}
+		}
 		if r.IdleCost.Negative() {
 			r.IdleCost = Money{Currency: k.Currency}
 		}

@@ -24,6 +24,7 @@ type snapshotV1 struct {
 	Models     []snapModel     `json:"models,omitempty"`
 	Retired    []snapRetired   `json:"retired,omitempty"`
 	RetiredIDs []snapRetiredID `json:"retiredIds,omitempty"`
+	Zero       []snapZero      `json:"zero,omitempty"`
 }
 
 type snapInstance struct {
@@ -145,6 +146,7 @@ func (l *Ledger) Snapshot() ([]byte, error) {
 		s.RetiredIDs = append(s.RetiredIDs, snapRetiredID{id, end})
 	}
 	sort.Slice(s.RetiredIDs, func(i, j int) bool { return s.RetiredIDs[i].ID < s.RetiredIDs[j].ID })
+	s.Zero = l.snapshotZeroLocked()
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("cost ledger snapshot: %w", err)
@@ -281,6 +283,7 @@ func (l *Ledger) Restore(data []byte) error {
 	}
 	l.mu.Lock()
 	l.inst, l.aggs, l.models, l.retired, l.retiredIDs, l.restoredAt = nl.inst, nl.aggs, nl.models, nl.retired, nl.retiredIDs, nl.restoredAt
+	l.zero = nl.zero
 	l.mu.Unlock()
 	return nil
 }
@@ -356,6 +359,9 @@ func (l *Ledger) load(s *snapshotV1) error {
 			return fmt.Errorf("retired total for %s %s appears twice", r.Pool, r.Currency)
 		}
 		l.retired[k] = &retiredVal{instNs: r.InstNs, busyNs: r.BusyNs, eff: r.Eff, list: r.List, busy: r.Busy}
+	}
+	if err := l.loadZero(s.Zero); err != nil {
+		return err
 	}
 	for _, r := range s.RetiredIDs {
 		if err := checkName("retired instance ID", r.ID, true); err != nil {
