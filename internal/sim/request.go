@@ -50,6 +50,11 @@ type genRequest struct {
 	limit        int     // requested number of output tokens; 0 = not set
 	loadOnly     bool    // Ollama request without messages/prompt: only "load" the model
 	instructions *string // OpenAI Responses: echoed back
+	// choices are the answer's choices when it has several (OpenAI n) or
+	// is structured (JSON format, tool calls); nil: one text choice.
+	choices     []choicePlan
+	logprobs    bool // OpenAI logprobs (chat), Ollama logprobs
+	topLogprobs int  // alternatives per token; OpenAI completions' logprobs
 }
 
 // apiError is a client-visible error; it is rendered in the shape of the API
@@ -83,6 +88,14 @@ type ollamaChatRequest struct {
 	Messages []ollamaMessage `json:"messages"`
 	Stream   *bool           `json:"stream"`
 	Options  *ollamaOptions  `json:"options"`
+	Format   json.RawMessage `json:"format"`
+	Tools    json.RawMessage `json:"tools"`
+	ollamaLogprobs
+}
+
+type ollamaLogprobs struct {
+	Logprobs    bool `json:"logprobs"`
+	TopLogprobs int  `json:"top_logprobs"`
 }
 
 type ollamaGenerateRequest struct {
@@ -92,6 +105,8 @@ type ollamaGenerateRequest struct {
 	System  string         `json:"system"`
 	Stream  *bool          `json:"stream"`
 	Options *ollamaOptions `json:"options"`
+	Format  json.RawMessage `json:"format"`
+	ollamaLogprobs
 }
 
 // decodeJSON decodes body into v like the real servers: an empty body and
@@ -153,7 +168,7 @@ func parseOllamaChat(body []byte) (genRequest, *apiError) {
 		prompt.WriteString(m.Content)
 		prompt.WriteByte('\n')
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOllamaChat,
 		model:        req.Model,
 		stream:       req.Stream == nil || *req.Stream,
@@ -161,7 +176,12 @@ func parseOllamaChat(body []byte) (genRequest, *apiError) {
 		seed:         textSeed(prompt.String()),
 		limit:        limit,
 		loadOnly:     len(req.Messages) == 0,
-	}, nil
+	}
+	lastUser := ""
+	if n := len(req.Messages); n > 0 && strings.EqualFold(req.Messages[n-1].Role, "user") {
+		lastUser = req.Messages[n-1].Content
+	}
+	return g.withOllamaShape(req.Format, req.Tools, lastUser, req.ollamaLogprobs)
 }
 
 func contentBytes(msgs []ollamaMessage) int {
@@ -185,7 +205,7 @@ func parseOllamaGenerate(body []byte) (genRequest, *apiError) {
 	if aerr != nil {
 		return genRequest{}, aerr
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOllamaGenerate,
 		model:        req.Model,
 		stream:       req.Stream == nil || *req.Stream,
@@ -193,7 +213,8 @@ func parseOllamaGenerate(body []byte) (genRequest, *apiError) {
 		seed:         textSeed(req.System + "\n" + req.Prompt),
 		limit:        limit,
 		loadOnly:     req.Prompt == "" && req.Suffix == "",
-	}, nil
+	}
+	return g.withOllamaShape(req.Format, nil, "", req.ollamaLogprobs)
 }
 
 type openAIStreamOptions struct {
@@ -212,6 +233,13 @@ type openAIChatRequest struct {
 	StreamOptions       *openAIStreamOptions `json:"stream_options"`
 	MaxTokens           *int64               `json:"max_tokens"`
 	MaxCompletionTokens *int64               `json:"max_completion_tokens"`
+	N                   *int64               `json:"n"`
+	Tools               json.RawMessage      `json:"tools"`
+	ToolChoice          json.RawMessage      `json:"tool_choice"`
+	ParallelToolCalls   *bool                `json:"parallel_tool_calls"`
+	ResponseFormat      json.RawMessage      `json:"response_format"`
+	Logprobs            *bool                `json:"logprobs"`
+	TopLogprobs         *int64               `json:"top_logprobs"`
 }
 
 type openAICompletionRequest struct {
@@ -221,6 +249,8 @@ type openAICompletionRequest struct {
 	Stream        bool                 `json:"stream"`
 	StreamOptions *openAIStreamOptions `json:"stream_options"`
 	MaxTokens     *int64               `json:"max_tokens"`
+	N             *int64               `json:"n"`
+	Logprobs      *int64               `json:"logprobs"`
 }
 
 // openAIContent returns the text of an OpenAI message content: a string, an
@@ -289,6 +319,7 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 	}
 	var prompt strings.Builder
 	size := 0
+	lastUser := ""
 	for i, m := range req.Messages {
 		text, err := openAIContent(m.Content)
 		if err != nil {
@@ -299,8 +330,12 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 		size += len(text)
 		prompt.WriteString(text)
 		prompt.WriteByte('\n')
+		lastUser = ""
+		if m.Role == "user" {
+			lastUser = text
+		}
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOpenAIChat,
 		model:        req.Model,
 		stream:       req.Stream,
@@ -308,7 +343,8 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 		promptTokens: promptTokenEstimate(size),
 		seed:         textSeed(prompt.String()),
 		limit:        limit,
-	}, nil
+	}
+	return g.withOpenAIChatShape(&req, lastUser)
 }
 
 // openAIPrompt returns the text and size in tokens of a legacy completion
@@ -362,7 +398,7 @@ func parseOpenAICompletion(body []byte) (genRequest, *apiError) {
 		return genRequest{}, &apiError{status: http.StatusBadRequest, param: "prompt",
 			message: "Invalid 'prompt': " + err.Error()}
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOpenAICompletion,
 		model:        req.Model,
 		stream:       req.Stream,
@@ -370,5 +406,6 @@ func parseOpenAICompletion(body []byte) (genRequest, *apiError) {
 		promptTokens: tokens,
 		seed:         textSeed(text),
 		limit:        limit,
-	}, nil
+	}
+	return g.withOpenAICompletionShape(&req)
 }

@@ -97,7 +97,6 @@ func parseOpenAIResponses(body []byte) (genRequest, *apiError) {
 // answer; response.failed when the server shuts down).
 type responsesEmitter struct {
 	emitBase
-	id      string
 	created int64
 	seq     int
 }
@@ -205,7 +204,7 @@ func (e *responsesEmitter) open() error {
 		"item_id": e.itemID(), "output_index": 0, "content_index": 0, "part": e.part("")})
 }
 
-func (e *responsesEmitter) token(text string) error {
+func (e *responsesEmitter) token(_ int, text string) error {
 	e.text.WriteString(text)
 	if !e.req.stream {
 		return nil
