@@ -99,12 +99,12 @@ type ollamaLogprobs struct {
 }
 
 type ollamaGenerateRequest struct {
-	Model   string         `json:"model"`
-	Prompt  string         `json:"prompt"`
-	Suffix  string         `json:"suffix"`
-	System  string         `json:"system"`
-	Stream  *bool          `json:"stream"`
-	Options *ollamaOptions `json:"options"`
+	Model   string          `json:"model"`
+	Prompt  string          `json:"prompt"`
+	Suffix  string          `json:"suffix"`
+	System  string          `json:"system"`
+	Stream  *bool           `json:"stream"`
+	Options *ollamaOptions  `json:"options"`
 	Format  json.RawMessage `json:"format"`
 	ollamaLogprobs
 }
