@@ -441,7 +441,9 @@ func TestStructuredErrors(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "n" {
 		t.Errorf("n=0: %v", err)
 	}
-	chat := func(extra string) string { return `{"model":"` + testModel + `","messages":[{"role":"user","content":"x"}]` + extra + `}` }
+	chat := func(extra string) string {
+		return `{"model":"` + testModel + `","messages":[{"role":"user","content":"x"}]` + extra + `}`
+	}
 	tool := `"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]`
 	tests := []struct {
 		path, body, contains string
