@@ -3,9 +3,11 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"reflect"
 	"unicode"
 )
 
@@ -329,4 +331,44 @@ func checkAnswerSize(choices []choicePlan) *apiError {
 		return badRequest("the requested output is too large to generate (%d tokens)", total)
 	}
 	return nil
+}
+
+// typeError renders a JSON value of the wrong type for a field as OpenAI
+// does ("Invalid type for 'stream': expected a boolean, but got a string
+// instead."), naming the field; nil for other errors.
+func typeError(err error) *apiError {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return nil
+	}
+	want := "a valid value"
+	if te.Type != nil {
+		switch te.Type.Kind() {
+		case reflect.Bool:
+			want = "a boolean"
+		case reflect.String:
+			want = "a string"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			want = "an integer"
+		case reflect.Float32, reflect.Float64:
+			want = "a number"
+		case reflect.Slice, reflect.Array:
+			want = "an array"
+		case reflect.Struct, reflect.Map:
+			want = "an object"
+		}
+	}
+	got := te.Value
+	switch got {
+	case "array", "object", "number", "string", "bool":
+		if got == "bool" {
+			got = "boolean"
+		}
+		got = "a " + got
+		if got == "a array" || got == "a object" {
+			got = "an " + got[2:]
+		}
+	}
+	return invalidParam(te.Field, fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", te.Field, want, got))
 }

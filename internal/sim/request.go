@@ -117,6 +117,9 @@ func decodeJSON(body []byte, v any) *apiError {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
+		if aerr := typeError(err); aerr != nil {
+			return aerr
+		}
 		return badRequest("invalid JSON body: %v", err)
 	}
 	if dec.More() {

@@ -471,6 +471,12 @@ func TestStructuredErrors(t *testing.T) {
 		{"/api/generate", `{"model":"` + testModel + `","prompt":"x","format":{"type":"nope"}}`, `invalid JSON schema in format`},
 		{"/api/chat", `{"model":"` + testModel + `","messages":[],"tools":[{"type":"function","function":{}}]}`, `tools[0].function.name`},
 		{"/api/chat", `{"model":"` + testModel + `","messages":[],"top_logprobs":50}`, `top_logprobs`},
+		// A value of the wrong type names its field.
+		{"/v1/chat/completions", chat(`,"stream":"yes"`), `"message":"Invalid type for 'stream': expected a boolean, but got a string instead.","param":"stream"`},
+		{"/v1/chat/completions", chat(`,"n":[1]`), `Invalid type for 'n': expected an integer, but got an array instead.`},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":5}]}`, `Invalid type for 'messages.role': expected a string, but got a number instead.`},
+		{"/api/chat", `{"model":"m","messages":"hi"}`, `{"error":"Invalid type for 'messages': expected an array, but got a string instead."}`},
+		{"/v1/embeddings", `{"model":"m","input":"x","dimensions":"8"}`, `Invalid type for 'dimensions'`},
 	}
 	for _, tt := range tests {
 		resp, err := http.Post(ts.URL+tt.path, "application/json", strings.NewReader(tt.body))
