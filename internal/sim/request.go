@@ -53,8 +53,9 @@ type genRequest struct {
 	// choices are the answer's choices when it has several (OpenAI n) or
 	// is structured (JSON format, tool calls); nil: one text choice.
 	choices     []choicePlan
-	logprobs    bool // OpenAI logprobs (chat), Ollama logprobs
-	topLogprobs int  // alternatives per token; OpenAI completions' logprobs
+	logprobs    bool           // OpenAI logprobs (chat), Ollama logprobs
+	topLogprobs int            // alternatives per token; OpenAI completions' logprobs
+	echo        *responsesEcho // OpenAI Responses: request fields the response repeats
 }
 
 // apiError is a client-visible error; it is rendered in the shape of the API

@@ -471,6 +471,12 @@ func TestStructuredErrors(t *testing.T) {
 		{"/api/generate", `{"model":"` + testModel + `","prompt":"x","format":{"type":"nope"}}`, `invalid JSON schema in format`},
 		{"/api/chat", `{"model":"` + testModel + `","messages":[],"tools":[{"type":"function","function":{}}]}`, `tools[0].function.name`},
 		{"/api/chat", `{"model":"` + testModel + `","messages":[],"top_logprobs":50}`, `top_logprobs`},
+		{"/v1/responses", `{"model":"m","input":"x","tools":[{"type":"function","name":""}]}`, `"param":"tools[0].name"`},
+		{"/v1/responses", `{"model":"m","input":"x","tools":[{"type":"web_search"}]}`, `"param":"tools[0].type"`},
+		{"/v1/responses", `{"model":"m","input":"x","tool_choice":{"type":"function","name":"f"}}`, `only allowed when 'tools' are specified`},
+		{"/v1/responses", `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"a b","schema":{}}}}`, `"param":"text.format.name"`},
+		{"/v1/responses", `{"model":"m","input":"x","text":{"format":{"type":"xml"}}}`, `"param":"text.format.type"`},
+		{"/v1/responses", `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"s","schema":false}}}`, `"param":"text.format"`},
 		// A value of the wrong type names its field.
 		{"/v1/chat/completions", chat(`,"stream":"yes"`), `"message":"Invalid type for 'stream': expected a boolean, but got a string instead.","param":"stream"`},
 		{"/v1/chat/completions", chat(`,"n":[1]`), `Invalid type for 'n': expected an integer, but got an array instead.`},
