@@ -127,26 +127,26 @@ type responsesUsage struct {
 }
 
 type responsesObject struct {
-	ID                string             `json:"id"`
-	Object            string             `json:"object"`
-	CreatedAt         int64              `json:"created_at"`
-	CompletedAt       *int64             `json:"completed_at"`
-	Status            string             `json:"status"`
-	Error             any                `json:"error"`
-	IncompleteDetails any                `json:"incomplete_details"`
-	Instructions      *string            `json:"instructions"`
-	MaxOutputTokens   *int               `json:"max_output_tokens"`
-	Model             string             `json:"model"`
-	Output            []any              `json:"output"`
-	ParallelToolCalls bool               `json:"parallel_tool_calls"`
-	Temperature       float64            `json:"temperature"`
-	TopP              float64            `json:"top_p"`
-	ToolChoice        any                `json:"tool_choice"`
-	Tools             any                `json:"tools"`
-	Truncation        string             `json:"truncation"`
-	Text              any                `json:"text"`
-	Metadata          map[string]string  `json:"metadata"`
-	Usage             *responsesUsage    `json:"usage"`
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	CreatedAt         int64             `json:"created_at"`
+	CompletedAt       *int64            `json:"completed_at"`
+	Status            string            `json:"status"`
+	Error             any               `json:"error"`
+	IncompleteDetails any               `json:"incomplete_details"`
+	Instructions      *string           `json:"instructions"`
+	MaxOutputTokens   *int              `json:"max_output_tokens"`
+	Model             string            `json:"model"`
+	Output            []any             `json:"output"`
+	ParallelToolCalls bool              `json:"parallel_tool_calls"`
+	Temperature       float64           `json:"temperature"`
+	TopP              float64           `json:"top_p"`
+	ToolChoice        any               `json:"tool_choice"`
+	Tools             any               `json:"tools"`
+	Truncation        string            `json:"truncation"`
+	Text              any               `json:"text"`
+	Metadata          map[string]string `json:"metadata"`
+	Usage             *responsesUsage   `json:"usage"`
 }
 
 func (e *responsesEmitter) itemID() string { return "msg_" + e.id }
