@@ -85,6 +85,14 @@ func goClients(t *testing.T, gateway string) {
 		t.Fatalf("responses stream: %v, deltas %q, completed %+v", err, deltas.String(), completed.Usage)
 	}
 
+	// Responses function calling.
+	rp.Input = responses.ResponseNewParamsInputUnion{OfString: openai.String("get_weather in Oslo")}
+	rp.Tools = []responses.ToolUnionParam{responses.ToolParamOfFunction("get_weather", params, true)}
+	if resp, err = client.Responses.New(ctx, rp); err != nil || len(resp.Output) != 1 || resp.Output[0].Type != "function_call" {
+		t.Fatalf("responses tools: %v %+v", err, resp)
+	}
+	checkWeatherArgs(t, resp.Output[0].AsFunctionCall().Arguments)
+
 	// Tools: OpenAI, not streamed and streamed (deltas), and Ollama.
 	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
 		Name: "get_weather", Parameters: params})}
@@ -228,7 +236,7 @@ func jsClients(t *testing.T, gateway string) {
 		t.Fatalf("node clients.mjs: %v", err)
 	}
 	for _, want := range []string{"ok ollama embed", "ok ollama tools", "ok ollama format", "ok openai embeddings",
-		"ok openai responses", "ok openai responses stream", "ok openai tools", "ok openai tools stream",
+		"ok openai responses", "ok openai responses stream", "ok openai responses tools", "ok openai tools", "ok openai tools stream",
 		"ok openai json_schema", "ok openai n", "ok openai n stream", "all ok"} {
 		if !strings.Contains(string(out), want+"\n") {
 			t.Errorf("clients.mjs did not report %q", want)

@@ -80,6 +80,16 @@ let text;
   assert.ok(completed.usage.output_tokens > 0);
   ok('openai responses stream');
 }
+{
+  const r = await openai.responses.create({
+    model, input: 'get_weather in Oslo', tools: [{ type: 'function', name: 'get_weather', parameters: weather, strict: true }],
+  });
+  assert.equal(r.output.length, 1);
+  assert.equal(r.output[0].type, 'function_call');
+  assert.equal(r.output[0].name, 'get_weather');
+  checkWeather(r.output[0].arguments);
+  ok('openai responses tools');
+}
 const toolParams = { model, messages: [{ role: 'user', content: 'get_weather for Paris' }], tools: [tool] };
 let args;
 {
