@@ -497,3 +497,38 @@ func TestStructuredErrors(t *testing.T) {
 		checkErrorShape(t, tt.path, string(b))
 	}
 }
+
+// The tokens the metrics count are the tokens the usage reports, for
+// several choices with tool calls and JSON.
+func TestStructuredUsageMatchesMetrics(t *testing.T) {
+	_, ts := startServer(t, fastConfig())
+	c := openAIClient(ts)
+	ctx := testCtx(t)
+	var total int64
+	for _, p := range []openai.ChatCompletionNewParams{
+		{Model: testModel, N: openai.Int(3), Tools: openAITools(t),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("get_weather and get_time")}},
+		{Model: testModel, N: openai.Int(2), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")},
+			ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "w", Schema: schemaMap(t, weatherSchema)}}}},
+	} {
+		resp, err := c.Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int
+		for _, ch := range resp.Choices {
+			sum += len(splitTokens(ch.Message.Content))
+			for _, tc := range ch.Message.ToolCalls {
+				sum += argTokens(tc.Function.Arguments)
+			}
+		}
+		if resp.Usage.CompletionTokens != int64(sum) {
+			t.Errorf("usage %d, tokens sent %d", resp.Usage.CompletionTokens, sum)
+		}
+		total += resp.Usage.CompletionTokens
+	}
+	if got := metricValue(t, metricFamilies(t, ts), "vllm:generation_tokens_total", testModel); got != float64(total) {
+		t.Errorf("vllm:generation_tokens_total = %v, usage %d", got, total)
+	}
+}
