@@ -216,3 +216,22 @@ func FuzzSchema(f *testing.F) {
 		}
 	})
 }
+
+// The validator the tests rely on does reject what a schema forbids.
+func TestValidatorRejects(t *testing.T) {
+	c := jsonschema.NewCompiler()
+	doc, _ := jsonschema.UnmarshalJSON(strings.NewReader(`{"type":"object","properties":{"d":{"type":"integer","maximum":7}},"required":["d"]}`))
+	if err := c.AddResource("s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`{"d":41}`, `{}`, `{"d":"x"}`, `[]`} {
+		inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(bad))
+		if sch.Validate(inst) == nil {
+			t.Errorf("%s passed", bad)
+		}
+	}
+}
