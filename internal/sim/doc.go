@@ -38,10 +38,21 @@
 // eval_duration (first to last token). A client that disconnects stops its
 // generation and frees its slot or queue place at once.
 //
+// Structured answers: Ollama format ("json" or a JSON schema), OpenAI
+// response_format (json_object, json_schema) and Responses text.format give
+// JSON content, a value generated to satisfy the schema (schema.go); tools
+// give tool calls whose arguments satisfy the function's parameters, the
+// called tools chosen by a fixed rule on tool_choice and the last user
+// message (tools.go); OpenAI n gives n choices decoded side by side in one
+// batch slot; logprobs are deterministic. A structured answer is written out
+// when the request is parsed and emitted token by token at the same pace as
+// text, so the reported usage is exactly the tokens sent (format.go).
+//
 // Every error is in the shape of the API it came through: OpenAI's
 // {"error": {"message", "type", "param", "code"}} under /v1, Ollama's
 // {"error": "..."} under /api, including unknown routes (404) and wrong
-// methods (405 with Allow), so SDKs report them as their API errors.
+// methods (405 with Allow), so SDKs report them as their API errors; a
+// value of the wrong type names its field.
 //
 // Embeddings are deterministic: Config.EmbeddingDim Gaussian values from a
 // generator seeded by the SHA-256 of the text, scaled to unit L2 norm, so

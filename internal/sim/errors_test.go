@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -124,4 +125,43 @@ func TestOpenAIUnknownRouteIsAnAPIError(t *testing.T) {
 		apiErr.Message != "Invalid URL (GET /v1/nope)" {
 		t.Fatalf("error = %v (%#v)", err, apiErr)
 	}
+}
+
+// Every POST route answers a malformed, a wrongly typed and an oversized
+// body with an error in its API's shape.
+func TestEveryPostRouteErrorShape(t *testing.T) {
+	s := New(fastConfig())
+	defer s.Close()
+	routes := []string{"/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show",
+		"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
+	bodies := []struct {
+		name   string
+		body   func() io.Reader
+		status int
+	}{
+		{"malformed", func() io.Reader { return strings.NewReader(`{"model":`) }, http.StatusBadRequest},
+		{"wrong type", func() io.Reader { return strings.NewReader(`{"model":7}`) }, http.StatusBadRequest},
+		{"too large", func() io.Reader {
+			return io.MultiReader(strings.NewReader(`{"model":"`), io.LimitReader(letterA{}, maxBodyBytes))
+		}, http.StatusRequestEntityTooLarge},
+	}
+	for _, path := range routes {
+		for _, b := range bodies {
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, b.body()))
+			if rec.Code != b.status {
+				t.Errorf("%s %s: %d %s, want %d", path, b.name, rec.Code, rec.Body, b.status)
+			}
+			checkErrorShape(t, path, rec.Body.String())
+		}
+	}
+}
+
+type letterA struct{}
+
+func (letterA) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
 }

@@ -18,6 +18,9 @@ func FuzzAPIInputs(f *testing.F) {
 		`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]}]}`,
 		`{"model":"m","input":[{"type":"function_call_output","output":"x"}],"max_output_tokens":0}`,
 		`{"model":"m","input":5}`,
+		`{"model":"m","input":"call f","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"x":{"type":"boolean"}}}}],"tool_choice":"required","parallel_tool_calls":false}`,
+		`{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"s","schema":{"type":"object","properties":{"a":{"enum":[1]}}}}}}`,
+		`{"model":"m","input":"x","text":{"format":{"type":"json_object"}}}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -28,6 +30,11 @@ func FuzzChatRequest(f *testing.F) {
 		`{"model":"m","prompt":[[1],[2,3]]}`,
 		`{"model":"m"} {"model":"n"}`,
 		`{"model":"\u00e9\ud800","messages":[{"role":"user","content":"\u6f6e"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"f g"}],"format":"json","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}}]}`,
+		`{"model":"m","prompt":"x","format":{"type":"array","items":{"enum":[1,2]},"minItems":2},"logprobs":true,"top_logprobs":2}`,
+		`{"model":"m","messages":[{"role":"user","content":"f"}],"n":3,"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g","parameters":{"$defs":{"x":{"type":"string"}},"type":"object","properties":{"p":{"$ref":"#/$defs/x"}}}}}],"tool_choice":{"type":"function","function":{"name":"g"}},"parallel_tool_calls":false}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object","properties":{"a":{"type":"number","minimum":2}}}}},"logprobs":true,"top_logprobs":20}`,
+		`{"model":"m","prompt":"x","n":2,"logprobs":5}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -60,6 +67,28 @@ func FuzzChatRequest(f *testing.F) {
 			}
 			if req.includeUsage && !req.stream {
 				t.Errorf("%s: include_usage without stream", name)
+			}
+			if req.topLogprobs < 0 || req.topLogprobs > 20 {
+				t.Errorf("%s: top_logprobs %d", name, req.topLogprobs)
+			}
+			p := req.planned(8)
+			if len(p.choices) < 1 || len(p.choices) > 128 {
+				t.Errorf("%s: %d choices", name, len(p.choices))
+			}
+			for _, c := range p.choices {
+				if c.n < 1 || (c.pieces != nil && c.n > len(c.pieces)) {
+					t.Errorf("%s: choice of %d tokens, %d pieces", name, c.n, len(c.pieces))
+				}
+				end := 0
+				for _, call := range c.calls {
+					if call.start != end || call.end <= call.start || !json.Valid([]byte(strings.Join(c.pieces[call.start:call.end], ""))) {
+						t.Errorf("%s: call %+v of %q", name, call, c.pieces)
+					}
+					end = call.end
+				}
+				if c.calls == nil && c.pieces != nil && !json.Valid([]byte(strings.Join(c.pieces, ""))) {
+					t.Errorf("%s: structured answer %q is not JSON", name, c.pieces)
+				}
 			}
 		}
 	})

@@ -50,6 +50,12 @@ type genRequest struct {
 	limit        int     // requested number of output tokens; 0 = not set
 	loadOnly     bool    // Ollama request without messages/prompt: only "load" the model
 	instructions *string // OpenAI Responses: echoed back
+	// choices are the answer's choices when it has several (OpenAI n) or
+	// is structured (JSON format, tool calls); nil: one text choice.
+	choices     []choicePlan
+	logprobs    bool           // OpenAI logprobs (chat), Ollama logprobs
+	topLogprobs int            // alternatives per token; OpenAI completions' logprobs
+	echo        *responsesEcho // OpenAI Responses: request fields the response repeats
 }
 
 // apiError is a client-visible error; it is rendered in the shape of the API
@@ -83,15 +89,25 @@ type ollamaChatRequest struct {
 	Messages []ollamaMessage `json:"messages"`
 	Stream   *bool           `json:"stream"`
 	Options  *ollamaOptions  `json:"options"`
+	Format   json.RawMessage `json:"format"`
+	Tools    json.RawMessage `json:"tools"`
+	ollamaLogprobs
+}
+
+type ollamaLogprobs struct {
+	Logprobs    bool `json:"logprobs"`
+	TopLogprobs int  `json:"top_logprobs"`
 }
 
 type ollamaGenerateRequest struct {
-	Model   string         `json:"model"`
-	Prompt  string         `json:"prompt"`
-	Suffix  string         `json:"suffix"`
-	System  string         `json:"system"`
-	Stream  *bool          `json:"stream"`
-	Options *ollamaOptions `json:"options"`
+	Model   string          `json:"model"`
+	Prompt  string          `json:"prompt"`
+	Suffix  string          `json:"suffix"`
+	System  string          `json:"system"`
+	Stream  *bool           `json:"stream"`
+	Options *ollamaOptions  `json:"options"`
+	Format  json.RawMessage `json:"format"`
+	ollamaLogprobs
 }
 
 // decodeJSON decodes body into v like the real servers: an empty body and
@@ -102,6 +118,9 @@ func decodeJSON(body []byte, v any) *apiError {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
+		if aerr := typeError(err); aerr != nil {
+			return aerr
+		}
 		return badRequest("invalid JSON body: %v", err)
 	}
 	if dec.More() {
@@ -153,7 +172,7 @@ func parseOllamaChat(body []byte) (genRequest, *apiError) {
 		prompt.WriteString(m.Content)
 		prompt.WriteByte('\n')
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOllamaChat,
 		model:        req.Model,
 		stream:       req.Stream == nil || *req.Stream,
@@ -161,7 +180,12 @@ func parseOllamaChat(body []byte) (genRequest, *apiError) {
 		seed:         textSeed(prompt.String()),
 		limit:        limit,
 		loadOnly:     len(req.Messages) == 0,
-	}, nil
+	}
+	lastUser := ""
+	if n := len(req.Messages); n > 0 && strings.EqualFold(req.Messages[n-1].Role, "user") {
+		lastUser = req.Messages[n-1].Content
+	}
+	return g.withOllamaShape(req.Format, req.Tools, lastUser, req.ollamaLogprobs)
 }
 
 func contentBytes(msgs []ollamaMessage) int {
@@ -185,7 +209,7 @@ func parseOllamaGenerate(body []byte) (genRequest, *apiError) {
 	if aerr != nil {
 		return genRequest{}, aerr
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOllamaGenerate,
 		model:        req.Model,
 		stream:       req.Stream == nil || *req.Stream,
@@ -193,7 +217,8 @@ func parseOllamaGenerate(body []byte) (genRequest, *apiError) {
 		seed:         textSeed(req.System + "\n" + req.Prompt),
 		limit:        limit,
 		loadOnly:     req.Prompt == "" && req.Suffix == "",
-	}, nil
+	}
+	return g.withOllamaShape(req.Format, nil, "", req.ollamaLogprobs)
 }
 
 type openAIStreamOptions struct {
@@ -212,6 +237,13 @@ type openAIChatRequest struct {
 	StreamOptions       *openAIStreamOptions `json:"stream_options"`
 	MaxTokens           *int64               `json:"max_tokens"`
 	MaxCompletionTokens *int64               `json:"max_completion_tokens"`
+	N                   *int64               `json:"n"`
+	Tools               json.RawMessage      `json:"tools"`
+	ToolChoice          json.RawMessage      `json:"tool_choice"`
+	ParallelToolCalls   *bool                `json:"parallel_tool_calls"`
+	ResponseFormat      json.RawMessage      `json:"response_format"`
+	Logprobs            *bool                `json:"logprobs"`
+	TopLogprobs         *int64               `json:"top_logprobs"`
 }
 
 type openAICompletionRequest struct {
@@ -221,6 +253,8 @@ type openAICompletionRequest struct {
 	Stream        bool                 `json:"stream"`
 	StreamOptions *openAIStreamOptions `json:"stream_options"`
 	MaxTokens     *int64               `json:"max_tokens"`
+	N             *int64               `json:"n"`
+	Logprobs      *int64               `json:"logprobs"`
 }
 
 // openAIContent returns the text of an OpenAI message content: a string, an
@@ -289,6 +323,7 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 	}
 	var prompt strings.Builder
 	size := 0
+	lastUser := ""
 	for i, m := range req.Messages {
 		text, err := openAIContent(m.Content)
 		if err != nil {
@@ -299,8 +334,12 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 		size += len(text)
 		prompt.WriteString(text)
 		prompt.WriteByte('\n')
+		lastUser = ""
+		if m.Role == "user" {
+			lastUser = text
+		}
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOpenAIChat,
 		model:        req.Model,
 		stream:       req.Stream,
@@ -308,7 +347,8 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 		promptTokens: promptTokenEstimate(size),
 		seed:         textSeed(prompt.String()),
 		limit:        limit,
-	}, nil
+	}
+	return g.withOpenAIChatShape(&req, lastUser)
 }
 
 // openAIPrompt returns the text and size in tokens of a legacy completion
@@ -362,7 +402,7 @@ func parseOpenAICompletion(body []byte) (genRequest, *apiError) {
 		return genRequest{}, &apiError{status: http.StatusBadRequest, param: "prompt",
 			message: "Invalid 'prompt': " + err.Error()}
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOpenAICompletion,
 		model:        req.Model,
 		stream:       req.Stream,
@@ -370,5 +410,6 @@ func parseOpenAICompletion(body []byte) (genRequest, *apiError) {
 		promptTokens: tokens,
 		seed:         textSeed(text),
 		limit:        limit,
-	}, nil
+	}
+	return g.withOpenAICompletionShape(&req)
 }

@@ -18,6 +18,7 @@ type openAIResponsesRequest struct {
 	Instructions    *string         `json:"instructions"`
 	MaxOutputTokens *int64          `json:"max_output_tokens"`
 	Stream          bool            `json:"stream"`
+	responsesShapeFields
 }
 
 // responsesInput returns the text of a Responses input: a string, or an
@@ -77,7 +78,7 @@ func parseOpenAIResponses(body []byte) (genRequest, *apiError) {
 		prompt = *req.Instructions + "\n" + text
 		size += len(*req.Instructions)
 	}
-	return genRequest{
+	g := genRequest{
 		api:          apiOpenAIResponses,
 		model:        req.Model,
 		stream:       req.Stream,
@@ -85,7 +86,8 @@ func parseOpenAIResponses(body []byte) (genRequest, *apiError) {
 		seed:         textSeed(prompt),
 		limit:        limit,
 		instructions: req.Instructions,
-	}, nil
+	}
+	return g.withResponsesShape(&req.responsesShapeFields, responsesLastUser(req.Input))
 }
 
 // responsesEmitter writes /v1/responses answers: one response object, or
@@ -97,7 +99,6 @@ func parseOpenAIResponses(body []byte) (genRequest, *apiError) {
 // answer; response.failed when the server shuts down).
 type responsesEmitter struct {
 	emitBase
-	id      string
 	created int64
 	seq     int
 }
@@ -126,26 +127,26 @@ type responsesUsage struct {
 }
 
 type responsesObject struct {
-	ID                string             `json:"id"`
-	Object            string             `json:"object"`
-	CreatedAt         int64              `json:"created_at"`
-	CompletedAt       *int64             `json:"completed_at"`
-	Status            string             `json:"status"`
-	Error             any                `json:"error"`
-	IncompleteDetails any                `json:"incomplete_details"`
-	Instructions      *string            `json:"instructions"`
-	MaxOutputTokens   *int               `json:"max_output_tokens"`
-	Model             string             `json:"model"`
-	Output            []responsesMessage `json:"output"`
-	ParallelToolCalls bool               `json:"parallel_tool_calls"`
-	Temperature       float64            `json:"temperature"`
-	TopP              float64            `json:"top_p"`
-	ToolChoice        string             `json:"tool_choice"`
-	Tools             []any              `json:"tools"`
-	Truncation        string             `json:"truncation"`
-	Text              any                `json:"text"`
-	Metadata          map[string]string  `json:"metadata"`
-	Usage             *responsesUsage    `json:"usage"`
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	CreatedAt         int64             `json:"created_at"`
+	CompletedAt       *int64            `json:"completed_at"`
+	Status            string            `json:"status"`
+	Error             any               `json:"error"`
+	IncompleteDetails any               `json:"incomplete_details"`
+	Instructions      *string           `json:"instructions"`
+	MaxOutputTokens   *int              `json:"max_output_tokens"`
+	Model             string            `json:"model"`
+	Output            []any             `json:"output"`
+	ParallelToolCalls bool              `json:"parallel_tool_calls"`
+	Temperature       float64           `json:"temperature"`
+	TopP              float64           `json:"top_p"`
+	ToolChoice        any               `json:"tool_choice"`
+	Tools             any               `json:"tools"`
+	Truncation        string            `json:"truncation"`
+	Text              any               `json:"text"`
+	Metadata          map[string]string `json:"metadata"`
+	Usage             *responsesUsage   `json:"usage"`
 }
 
 func (e *responsesEmitter) itemID() string { return "msg_" + e.id }
@@ -153,10 +154,21 @@ func (e *responsesEmitter) itemID() string { return "msg_" + e.id }
 func (e *responsesEmitter) object(status string) responsesObject {
 	o := responsesObject{
 		ID: "resp_" + e.id, Object: "response", CreatedAt: e.created, Status: status,
-		Instructions: e.req.instructions, Model: e.req.model, Output: []responsesMessage{},
+		Instructions: e.req.instructions, Model: e.req.model, Output: []any{},
 		ParallelToolCalls: true, Temperature: 1, TopP: 1, ToolChoice: "auto", Tools: []any{},
 		Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}},
 		Metadata: map[string]string{},
+	}
+	if echo := e.req.echo; echo != nil {
+		o.ParallelToolCalls = echo.parallel
+		for _, f := range []struct {
+			dst *any
+			raw json.RawMessage
+		}{{&o.Tools, echo.tools}, {&o.ToolChoice, echo.toolChoice}, {&o.Text, echo.text}} {
+			if r := bytes.TrimSpace(f.raw); len(r) > 0 && !bytes.Equal(r, []byte("null")) {
+				*f.dst = f.raw
+			}
+		}
 	}
 	if e.req.limit > 0 {
 		o.MaxOutputTokens = &e.req.limit
@@ -188,13 +200,18 @@ func (e *responsesEmitter) event(typ string, fields map[string]any) error {
 	return e.writeFlush(fmt.Appendf(nil, "event: %s\ndata: %s\n\n", typ, b))
 }
 
-// open sends the events before the first delta.
-func (e *responsesEmitter) open() error {
+// begin sends the events that open the stream.
+func (e *responsesEmitter) begin() error {
 	e.start("text/event-stream; charset=utf-8")
 	if err := e.event("response.created", map[string]any{"response": e.object("in_progress")}); err != nil {
 		return err
 	}
-	if err := e.event("response.in_progress", map[string]any{"response": e.object("in_progress")}); err != nil {
+	return e.event("response.in_progress", map[string]any{"response": e.object("in_progress")})
+}
+
+// open sends the events before the first text delta.
+func (e *responsesEmitter) open() error {
+	if err := e.begin(); err != nil {
 		return err
 	}
 	if err := e.event("response.output_item.added", map[string]any{
@@ -205,7 +222,11 @@ func (e *responsesEmitter) open() error {
 		"item_id": e.itemID(), "output_index": 0, "content_index": 0, "part": e.part("")})
 }
 
-func (e *responsesEmitter) token(text string) error {
+func (e *responsesEmitter) token(c int, text string) error {
+	call, first, i := e.record(c, text)
+	if call >= 0 {
+		return e.callToken(call, first, i, text)
+	}
 	e.text.WriteString(text)
 	if !e.req.stream {
 		return nil
@@ -230,7 +251,14 @@ func (e *responsesEmitter) finish(res genResult) {
 	done := res.finished.Unix()
 	o.CompletedAt = &done
 	text := e.text.String()
-	o.Output = []responsesMessage{e.message(itemStatus, text)}
+	calls := e.req.choices[0].calls
+	if len(calls) > 0 {
+		for k := range calls {
+			o.Output = append(o.Output, e.callItem(k))
+		}
+	} else {
+		o.Output = []any{e.message(itemStatus, text)}
+	}
 	o.Usage = &responsesUsage{
 		InputTokens: res.promptTokens, InputTokensDetails: map[string]int{"cached_tokens": 0},
 		OutputTokens: res.outputTokens, OutputTokensDetails: map[string]int{"reasoning_tokens": 0},
@@ -238,6 +266,17 @@ func (e *responsesEmitter) finish(res genResult) {
 	}
 	if !e.req.stream {
 		writeJSON(e.w, http.StatusOK, o)
+		return
+	}
+	if len(calls) > 0 {
+		// The done events of each call went out with its last token; a
+		// call cut short by max_output_tokens ends here.
+		for k := range calls {
+			if !e.callComplete(0, k) && e.callDone(k) != nil {
+				return
+			}
+		}
+		e.event(final, map[string]any{"response": o})
 		return
 	}
 	if !e.started {
@@ -272,4 +311,60 @@ func (e *responsesEmitter) fail(err error) {
 	o := e.object("failed")
 	o.Error = map[string]string{"code": "server_error", "message": err.Error()}
 	e.event("response.failed", map[string]any{"response": o})
+}
+
+func (e *responsesEmitter) callItemID(k int) string { return fmt.Sprintf("fc_%s%d", e.id, k) }
+
+// callItem is the function_call output item of call k as generated so
+// far: completed once all its arguments are, in_progress before, and
+// incomplete when the answer ended before.
+func (e *responsesEmitter) callItem(k int) map[string]any {
+	status := "completed"
+	if !e.callComplete(0, k) {
+		status = "in_progress"
+		if e.states[0].count == e.req.choices[0].n {
+			status = "incomplete"
+		}
+	}
+	return map[string]any{"type": "function_call", "id": e.callItemID(k), "call_id": e.callID(0, k),
+		"name": e.req.choices[0].calls[k].name, "arguments": e.states[0].args[k].String(), "status": status}
+}
+
+// callToken streams the i-th token, an argument fragment of call k:
+// response.output_item.added before its first fragment, then
+// response.function_call_arguments.delta, and after its last
+// response.function_call_arguments.done and response.output_item.done.
+func (e *responsesEmitter) callToken(k int, first bool, i int, text string) error {
+	if !e.req.stream {
+		return nil
+	}
+	if !e.started {
+		if err := e.begin(); err != nil {
+			return err
+		}
+	}
+	if first {
+		item := e.callItem(k)
+		item["arguments"] = ""
+		if err := e.event("response.output_item.added", map[string]any{"output_index": k, "item": item}); err != nil {
+			return err
+		}
+	}
+	if err := e.event("response.function_call_arguments.delta", map[string]any{
+		"item_id": e.callItemID(k), "output_index": k, "delta": text}); err != nil {
+		return err
+	}
+	if e.req.choices[0].callDone(k, i) {
+		return e.callDone(k)
+	}
+	return nil
+}
+
+func (e *responsesEmitter) callDone(k int) error {
+	item := e.callItem(k)
+	if err := e.event("response.function_call_arguments.done", map[string]any{
+		"item_id": e.callItemID(k), "output_index": k, "name": item["name"], "arguments": item["arguments"]}); err != nil {
+		return err
+	}
+	return e.event("response.output_item.done", map[string]any{"output_index": k, "item": item})
 }

@@ -428,6 +428,7 @@ type genResult struct {
 // generate runs one request: admission, prefill, decoding, and the answer
 // in the shape of req.api. model is the configured model name.
 func (s *Server) generate(ctx context.Context, w http.ResponseWriter, req genRequest, model string) {
+	req = req.planned(s.cfg.OutputTokens)
 	em := newEmitter(w, req, s.nextID())
 	var t timing
 	t.arrived = time.Now()
@@ -452,10 +453,10 @@ func (s *Server) generate(ctx context.Context, w http.ResponseWriter, req genReq
 	t.admitted = time.Now()
 	s.met.queueTime.WithLabelValues(model).Observe(t.admitted.Sub(t.arrived).Seconds())
 
-	n, reason := s.cfg.OutputTokens, finishStop
-	if req.limit > 0 {
-		n, reason = req.limit, finishLength
-	}
+	// All choices decode together, one token each per step (n sequences
+	// of one request share its batch slot).
+	n, total := req.steps()
+	reason := req.choices[0].reason
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	due := t.admitted.Add(timeToFirstToken(s.cfg))
@@ -479,9 +480,13 @@ func (s *Server) generate(ctx context.Context, w http.ResponseWriter, req genReq
 			s.met.promptTokens.WithLabelValues(model).Add(float64(req.promptTokens))
 			s.met.ttft.WithLabelValues(model).Observe(t.firstToken.Sub(t.arrived).Seconds())
 		}
-		genTokens.Inc()
-		if err := em.token(tokenText(req.seed, i)); err != nil {
-			return // the client went away
+		for c := range req.choices {
+			if ch := &req.choices[c]; i < ch.n {
+				genTokens.Inc()
+				if err := em.token(c, ch.text(i)); err != nil {
+					return // the client went away
+				}
+			}
 		}
 	}
 	t.finished = time.Now()
@@ -490,7 +495,7 @@ func (s *Server) generate(ctx context.Context, w http.ResponseWriter, req genReq
 	}
 	s.met.e2e.WithLabelValues(model).Observe(t.finished.Sub(t.arrived).Seconds())
 	s.met.success.WithLabelValues(model, reason).Inc()
-	em.finish(genResult{promptTokens: req.promptTokens, outputTokens: n, reason: reason, timing: t})
+	em.finish(genResult{promptTokens: req.promptTokens, outputTokens: total, reason: reason, timing: t})
 }
 
 // waitUntil waits until due, returning ctx.Err() if ctx ends first and
