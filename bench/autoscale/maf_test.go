@@ -80,7 +80,8 @@ func (s *autoscalerScaler) Decide(now time.Time, cur, ready int32, w Window) int
 		}
 		obs = []autoscale.Observation{{Metric: string(s.metric), Value: sum / float64(len(series)), At: now}}
 	}
-	return s.a.Recommend(autoscale.Input{CurrentReplicas: cur, ReadyReplicas: ready, Metrics: obs}).DesiredReplicas
+	// The cold start is what the engine passes (its measured one).
+	return s.a.Recommend(autoscale.Input{CurrentReplicas: cur, ReadyReplicas: ready, Metrics: obs, ColdStart: benchModel.ColdStart}).DesiredReplicas
 }
 
 // The experiment's parameters (see BENCHMARKS.md, "Autoscaling on the MAF
@@ -153,6 +154,8 @@ type hybridVariant struct {
 	floor       int32 // minReplicas; 0 means 1
 	// burst, when set, adds the burst recommender (see burstVariant).
 	burst *burstVariant
+	// zero, when set, lets the pool scale to zero (minReplicas 0).
+	zero *autoscale.ScaleToZeroSpec
 }
 
 // burstVariant configures the burst recommender of a hybrid: the
@@ -183,6 +186,9 @@ func hybrid(v hybridVariant, target float64) policy {
 				Metric: string(v.metric), LeadTime: metav1.Duration{Duration: benchModel.ColdStart},
 				Season: autoscale.SeasonDaily, Aggregation: v.agg, History: &v.history, HeadroomPercent: &v.headroomPct,
 			}
+		}
+		if v.zero != nil {
+			cfg.MinReplicas, cfg.ScaleToZero = 0, v.zero
 		}
 		if b := v.burst; b != nil {
 			bt := resource.MustParse(fmt.Sprintf("%dm", int64(math.Round(b.target*1000))))
@@ -340,6 +346,16 @@ func TestMAF(t *testing.T) {
 		for _, bt := range bf.targets {
 			ps = append(ps, hybrid(burstHybrid(bf.q, bf.window, bf.profile, bf.react, bf.down, bt), bf.react))
 		}
+	}
+	// Scale to zero (issue 15) on the chosen hybrid: the default (the
+	// first request wakes the pool; idle means no request) and activation
+	// thresholds that count a trickle as idle.
+	for _, th := range []string{"0", "0.5", "1"} {
+		v := burstHybrid("0.99", 8*time.Hour, autoscale.AggregateEWMA, 1.6, 300, 2.2)
+		q := resource.MustParse(th)
+		v.zero = &autoscale.ScaleToZeroSpec{IdleWindow: &metav1.Duration{Duration: 5 * time.Minute}, ActivationThreshold: &q}
+		v.name += ", scale to zero (activation threshold " + th + " req/s)"
+		ps = append(ps, hybrid(v, 1.6))
 	}
 	// TIDEGPU_MAF_ONLY=substring runs only the policies whose family
 	// contains it (for quick iterations; the table needs the full run).
