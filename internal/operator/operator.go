@@ -19,8 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +28,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	tidev1alpha1 "github.com/tidegpu/tidegpu/api/v1alpha1"
 	"github.com/tidegpu/tidegpu/internal/admin"
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
@@ -46,16 +43,11 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider/metered"
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
+	"github.com/tidegpu/tidegpu/internal/scheme"
 )
 
-// Scheme knows the built-in types and ours.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(tidev1.AddToScheme(s))
-	utilruntime.Must(tidev1alpha1.AddToScheme(s))
-	return s
-}
+// Scheme knows the built-in types and ours (internal/scheme).
+func Scheme() *runtime.Scheme { return scheme.New() }
 
 // Options configure the operator.
 type Options struct {
