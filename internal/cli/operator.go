@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/operator"
 )
 
@@ -18,7 +19,7 @@ import (
 func NewOperatorCommand() *cobra.Command {
 	var (
 		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS string
-		leaderElect                                                                                    bool
+		leaderElect, insecureAdmin                                                                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -33,6 +34,10 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			if err != nil {
 				return err
 			}
+			token := os.Getenv(guard.TokenEnv)
+			if err := guard.CheckExposure("--admin-addr", adminAddr, token, insecureAdmin); err != nil {
+				return err
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -44,7 +49,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			defer stop()
 			return operator.Run(ctx, operator.Options{
 				Config: cfg, MetricsAddr: metricsAddr, ProbeAddr: probeAddr, AdminAddr: adminAddr,
-				AdminToken: os.Getenv("TIDEGPU_ADMIN_TOKEN"), LeaderElection: leaderElect,
+				AdminToken: token, InsecureAdmin: insecureAdmin, LeaderElection: leaderElect,
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
 			})
 		},
@@ -54,6 +59,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Prometheus metrics address (0 disables)")
 	f.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "liveness/readiness probe address (in a pod: :8081)")
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:9090", "admin API address (0 disables); TIDEGPU_ADMIN_TOKEN requires a token")
+	f.BoolVar(&insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica acts")
 	f.StringVar(&leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
 	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")

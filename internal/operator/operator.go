@@ -29,6 +29,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
 	"github.com/tidegpu/tidegpu/internal/cost"
@@ -55,8 +56,11 @@ type Options struct {
 	// MetricsAddr, ProbeAddr, AdminAddr: "0" disables; loopback by default.
 	MetricsAddr, ProbeAddr, AdminAddr string
 	AdminToken                        string
-	LeaderElection                    bool
-	LeaderElectionNamespace           string
+	// InsecureAdmin serves an AdminAddr beyond loopback without a token
+	// (--insecure-admin): something else guards it.
+	InsecureAdmin           bool
+	LeaderElection          bool
+	LeaderElectionNamespace string
 	// StateDir is where the local provider keeps its state and logs.
 	StateDir string
 	// LedgerNamespace holds the ConfigMap that keeps the cost ledger across
@@ -72,6 +76,11 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	// An admin API open to the network needs a token: refuse before
+	// anything starts.
+	if err := guard.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken, o.InsecureAdmin); err != nil {
+		return err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
@@ -122,9 +131,6 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("setting up the AIBalancer controller: %w", err)
 	}
 	if o.AdminAddr != "" && o.AdminAddr != "0" {
-		if err := admin.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken); err != nil {
-			return err
-		}
 		ln, err := net.Listen("tcp", o.AdminAddr)
 		if err != nil {
 			return fmt.Errorf("--admin-addr %s: %w", o.AdminAddr, err)
