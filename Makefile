@@ -4,8 +4,9 @@ BIN           ?= bin
 CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 # Tests that need a real API server find it here (built once, cached).
 ENVTEST_ASSETS = $(shell hack/envtest.sh)
+CHART         = deploy/helm/tidegpu
 
-.PHONY: all build test test-short generate manifests fmt vet verify bench fuzz clean
+.PHONY: all build test test-short generate manifests helm-lint image release fmt vet verify bench fuzz clean
 
 all: build
 
@@ -32,6 +33,18 @@ generate:
 manifests:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=tidegpu-operator paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	@# The Helm chart keeps copies (a chart cannot read files outside itself).
+	rm -f $(CHART)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/operator-role.yaml
+
+## helm-lint: helm lint --strict and helm template of the chart (helm built by hack/helm.sh);
+## test/helm also applies the output of every values file to a real API server
+helm-lint:
+	$(eval HELM := $(shell hack/helm.sh))
+	$(HELM) lint --strict $(CHART)
+	for f in $(CHART)/ci/*-values.yaml; do $(HELM) lint --strict $(CHART) -f $$f || exit 1; done
+	$(HELM) template tidegpu $(CHART) --namespace tidegpu-system >/dev/null
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
