@@ -28,11 +28,15 @@ if [[ -z "${version}" ]]; then
   exit 1
 fi
 
+# As helm's own Makefile does: the Kubernetes version helm assumes without a
+# cluster (helm template, helm lint) is that of the client-go it is built with.
+k8s_minor="$(awk '$1 == "k8s.io/client-go" { split($2, v, "."); print v[2]; exit }' "${mod_dir}/go.mod")"
+
 cache_dir="${TIDEGPU_HELM_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/tidegpu/helm/${version}}"
 mkdir -p "${cache_dir}"
 cache_dir="$(cd "${cache_dir}" && pwd)"
 stamp_file="${cache_dir}/.stamp"
-want_stamp="helm=${version} inputs=$(cat "${mod_dir}/go.mod" "${mod_dir}/go.sum" | sha256sum | cut -d' ' -f1)"
+want_stamp="helm=${version} k8s=1.${k8s_minor} script=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1) inputs=$(cat "${mod_dir}/go.mod" "${mod_dir}/go.sum" | sha256sum | cut -d' ' -f1)"
 
 is_fresh() {
   [[ -x "${cache_dir}/helm" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${want_stamp}" ]]
@@ -58,7 +62,9 @@ echo "helm.sh: building helm ${version} (about two minutes on a cold cache)..."
 start=${SECONDS}
 CGO_ENABLED=0 GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
   go -C "${mod_dir}" build -trimpath \
-  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${version}" \
+  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${version} \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${k8s_minor} \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${k8s_minor}" \
   -o "${build_dir}/helm" helm.sh/helm/v3/cmd/helm
 echo "helm.sh: helm built in $((SECONDS - start))s"
 
