@@ -77,6 +77,8 @@ vet:
 ## verify: regenerate, format and vet, then fail if anything changed
 verify: generate manifests fmt vet
 	$(GO) mod tidy
+	cd hack/helm && GOWORK=off $(GO) mod tidy
+	cd hack/image && GOWORK=off $(GO) mod tidy
 	@if [ -n "$$(git status --porcelain)" ]; then \
 		echo "verify: the tree is dirty after generate/fmt/tidy:"; git status --porcelain; git --no-pager diff --stat; exit 1; fi
 
