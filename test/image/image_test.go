@@ -116,6 +116,7 @@ func TestMakeImageWritesANonRootOCILayout(t *testing.T) {
 
 	// Unpack the layers: the entrypoint, /etc/passwd's user 65532.
 	files := map[string][]byte{}
+	rootfs := filepath.Join(tmp, "rootfs")
 	for _, l := range m.Layers {
 		if l.MediaType != "application/vnd.oci.image.layer.v1.tar+gzip" {
 			t.Fatalf("layer media type %q", l.MediaType)
@@ -137,12 +138,31 @@ func TestMakeImageWritesANonRootOCILayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			dst := filepath.Join(rootfs, filepath.FromSlash(h.Name))
+			if !strings.HasPrefix(dst, rootfs+string(filepath.Separator)) {
+				t.Fatalf("layer entry %q leaves the root", h.Name)
+			}
+			if h.Typeflag == tar.TypeDir {
+				if err := os.MkdirAll(dst, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(dst, os.FileMode(h.Mode&0o777)|modeBits(h.Mode)); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.Lchown(dst, h.Uid, h.Gid) // only root can; the chroot run below needs root anyway
+			}
 			if h.Typeflag == tar.TypeReg {
 				body, err := io.ReadAll(tr)
 				if err != nil {
 					t.Fatal(err)
 				}
 				files["/"+strings.TrimPrefix(h.Name, "/")] = body
+				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(dst, body, os.FileMode(h.Mode&0o777)); err != nil {
+					t.Fatal(err)
+				}
 				if h.Uid == 0 && strings.HasPrefix(h.Name, "home/") {
 					t.Errorf("%s owned by root", h.Name)
 				}
@@ -181,4 +201,30 @@ func TestMakeImageWritesANonRootOCILayout(t *testing.T) {
 		t.Logf("image %s runs: %s", idx.Manifests[0].Digest, strings.TrimSpace(string(v)))
 	}
 	t.Logf("binary %d bytes, layer %d bytes compressed", len(bin), m.Layers[0].Size)
+
+	// Run the entrypoint inside the image's own file system as the config's
+	// user, as a container runtime would (chroot needs root).
+	if os.Geteuid() != 0 {
+		t.Log("not root: the run inside the image's root file system as 65532 is skipped")
+		return
+	}
+	chroot, err := exec.LookPath("chroot")
+	if err != nil {
+		t.Fatalf("chroot (coreutils) not found: %v", err)
+	}
+	run := exec.Command(chroot, "--userspec="+c.Config.User, rootfs, entry, "--version")
+	run.Env = c.Config.Env
+	v, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(v), "tidegpu") {
+		t.Fatalf("the entrypoint does not run in the image's root as %s: %v\n%s", c.Config.User, err, v)
+	}
+}
+
+// modeBits maps a tar header's setuid, setgid and sticky bits to Go's.
+func modeBits(mode int64) os.FileMode {
+	var m os.FileMode
+	if mode&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
 }
