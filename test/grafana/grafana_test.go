@@ -35,10 +35,14 @@ func (r *recorder) Register(c prometheus.Collector) error   { r.cs = append(r.cs
 func (r *recorder) MustRegister(cs ...prometheus.Collector) { r.cs = append(r.cs, cs...) }
 func (r *recorder) Unregister(prometheus.Collector) bool    { return true }
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+var (
+	fqName    = regexp.MustCompile(`fqName: "([^"]+)"`)
+	varLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+)
 
-// exported returns every metric name the code's collectors describe.
-func exported(t *testing.T) map[string]bool {
+// exported returns every metric name the code's collectors describe, with
+// its label names.
+func exported(t *testing.T) map[string][]string {
 	t.Helper()
 	rec := &recorder{}
 	engine.NewMetrics(rec)
@@ -49,7 +53,7 @@ func exported(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	defer gw.Close()
-	names := map[string]bool{}
+	names := map[string][]string{}
 	for _, c := range rec.cs {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()
@@ -58,7 +62,11 @@ func exported(t *testing.T) map[string]bool {
 			if m == nil {
 				t.Fatalf("cannot read the name of %s", d)
 			}
-			names[m[1]] = true
+			var labels []string
+			if l := varLabels.FindStringSubmatch(d.String()); l != nil && l[1] != "" {
+				labels = strings.Split(l[1], ",")
+			}
+			names[m[1]] = labels
 		}
 	}
 	if len(names) < 20 {
@@ -67,18 +75,42 @@ func exported(t *testing.T) map[string]bool {
 	return names
 }
 
-// known reports whether name is exported: as is, or as a histogram's
-// _bucket, _sum or _count series.
-func known(exp map[string]bool, name string) bool {
-	if exp[name] {
-		return true
+// known reports whether name is exported, as is or as a histogram's
+// _bucket, _sum or _count series, and returns its label names.
+func known(exp map[string][]string, name string) ([]string, bool) {
+	if l, ok := exp[name]; ok {
+		return l, true
 	}
 	for _, suf := range []string{"_bucket", "_sum", "_count"} {
-		if base, ok := strings.CutSuffix(name, suf); ok && exp[base] {
-			return true
+		if base, ok := strings.CutSuffix(name, suf); ok {
+			if l, ok := exp[base]; ok {
+				if suf == "_bucket" {
+					l = append(slices.Clone(l), "le")
+				}
+				return l, true
+			}
 		}
 	}
-	return false
+	return nil, false
+}
+
+var (
+	selector = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}`)
+	matcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)`)
+)
+
+// matcherLabels returns, for each metric selector with label matchers in
+// expr, the label names it matches on.
+func matcherLabels(expr string) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range selector.FindAllStringSubmatch(expr, -1) {
+		// Blank out quoted values so "a=b" inside one is not a matcher.
+		body := regexp.MustCompile(`"(?:[^"\\]|\\.)*"`).ReplaceAllString(m[2], `""`)
+		for _, l := range matcher.FindAllStringSubmatch(body, -1) {
+			out[m[1]] = append(out[m[1]], l[1])
+		}
+	}
+	return out
 }
 
 type dashboard struct {
@@ -146,8 +178,9 @@ func queries(t *testing.T) []query {
 	return out
 }
 
-// Every metric a dashboard query names is one the code exports. A renamed
-// or misspelt metric fails here.
+// Every metric a dashboard query names is one the code exports, and every
+// label it matches on is one of that metric's. A renamed or misspelt metric
+// or label fails here.
 func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
 	exp := exported(t)
 	used := map[string]bool{}
@@ -158,8 +191,20 @@ func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
 		}
 		for _, n := range names {
 			used[n] = true
-			if !known(exp, n) {
+			if _, ok := known(exp, n); !ok {
 				t.Errorf("%s: %s is not a metric the code exports (query %q)", q.where, n, q.expr)
+			}
+		}
+		// A matcher on a label the metric lacks selects nothing, silently.
+		for n, labels := range matcherLabels(q.expr) {
+			have, ok := known(exp, n)
+			if !ok {
+				continue
+			}
+			for _, l := range labels {
+				if l != "__name__" && !slices.Contains(have, l) {
+					t.Errorf("%s: %s has no label %q (it has %v; query %q)", q.where, n, l, have, q.expr)
+				}
 			}
 		}
 	}
