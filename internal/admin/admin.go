@@ -7,7 +7,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
@@ -160,7 +160,7 @@ func NewHandler(o Options) http.Handler {
 	}
 	var h http.Handler = mux
 	if o.Token != "" {
-		h = requireToken(o.Token, mux)
+		h = guard.RequireToken(o.Token, mux)
 	}
 	h = refuseCrossSite(h)
 	if o.Dashboard == nil {
@@ -312,24 +312,6 @@ func streamEvents(w http.ResponseWriter, r *http.Request, rec *events.Recorder) 
 			fl.Flush()
 		}
 	}
-}
-
-func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte(token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		got := r.Header.Get("Authorization")
-		got, ok := strings.CutPrefix(got, "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tidegpu-admin"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send it as \"Authorization: Bearer TOKEN\" (see --admin-token / TIDEGPU_ADMIN_TOKEN)")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/gateway/kubesource"
@@ -49,6 +50,9 @@ type gatewayOptions struct {
 	adminAddr      string
 	policy         string
 	logLevel       string
+
+	// insecureAdmin serves a public --admin-addr without a token.
+	insecureAdmin bool
 }
 
 // backendSource publishes the gateway's backends through publish and keeps
@@ -93,7 +97,10 @@ stops sending to one that does not answer. It routes /ollama-chat to the
 backend's /api/chat and passes /, /api/* and /v1/* through.
 
 --admin-addr serves Prometheus metrics at /metrics and a liveness check at
-/healthz; an empty --admin-addr turns it off.`,
+/healthz; an empty --admin-addr turns it off. With TIDEGPU_ADMIN_TOKEN set,
+every admin path but /healthz requires "Authorization: Bearer TOKEN"; an
+--admin-addr beyond loopback is refused without a token unless
+--insecure-admin is given.`,
 		Example: `  tidegpu gateway --backend http://127.0.0.1:11434
   tidegpu gateway --addr 127.0.0.1:8000 --policy round-robin \
     --backend http://10.0.0.5:11434 --backend http://10.0.0.6:11434`,
@@ -111,6 +118,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
+	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
 	f.StringVar(&o.policy, "policy", gateway.PolicyP2C, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
@@ -148,7 +156,7 @@ func (o *gatewayOptions) validate() error {
 			return fmt.Errorf("invalid --admin-addr %q: %v", o.adminAddr, err)
 		}
 	}
-	return nil
+	return guard.CheckExposure("--admin-addr", o.adminAddr, os.Getenv(guard.TokenEnv), o.insecureAdmin)
 }
 
 // kube reports whether the backends come from the cluster's pools.
@@ -349,8 +357,12 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 			}
 			_ = json.NewEncoder(w).Encode(bs)
 		})
+		var h http.Handler = mux
+		if tok := os.Getenv(guard.TokenEnv); strings.TrimSpace(tok) != "" {
+			h = guard.RequireToken(tok, mux)
+		}
 		adminSrv = &http.Server{
-			Handler:           mux,
+			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      30 * time.Second,

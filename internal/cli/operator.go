@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/operator"
 )
 
@@ -19,7 +20,7 @@ func NewOperatorCommand() *cobra.Command {
 	var (
 		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS string
 		noticeAddr, noticeCert, noticeKey, noticeURL, awsQueue                                         string
-		leaderElect                                                                                    bool
+		leaderElect, insecureAdmin                                                                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -34,6 +35,10 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			if err != nil {
 				return err
 			}
+			token := os.Getenv(guard.TokenEnv)
+			if err := guard.CheckExposure("--admin-addr", adminAddr, token, insecureAdmin); err != nil {
+				return err
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -45,7 +50,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			defer stop()
 			return operator.Run(ctx, operator.Options{
 				Config: cfg, MetricsAddr: metricsAddr, ProbeAddr: probeAddr, AdminAddr: adminAddr,
-				AdminToken: os.Getenv("TIDEGPU_ADMIN_TOKEN"), LeaderElection: leaderElect,
+				AdminToken: token, InsecureAdmin: insecureAdmin, LeaderElection: leaderElect,
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
 				NoticeAddr: noticeAddr, NoticeTLSCert: noticeCert, NoticeTLSKey: noticeKey, NoticeURL: noticeURL, AWSInterruptionQueue: awsQueue,
 			})
@@ -61,6 +66,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&noticeKey, "notice-tls-key", "", "PEM key of --notice-tls-cert")
 	f.StringVar(&noticeURL, "notice-url", os.Getenv("TIDEGPU_NOTICE_URL"), "the notice endpoint's URL as instances reach it, rendered into spec.bootstrap's user data (default $TIDEGPU_NOTICE_URL)")
 	f.StringVar(&awsQueue, "aws-interruption-queue", os.Getenv("TIDEGPU_AWS_INTERRUPTION_QUEUE"), "URL of the SQS queue EventBridge fills with EC2 spot interruption warnings, rebalance recommendations and state changes (empty: none)")
+	f.BoolVar(&insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica acts")
 	f.StringVar(&leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
 	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")

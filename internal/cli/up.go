@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/config"
 	"github.com/tidegpu/tidegpu/internal/embedded"
 	"github.com/tidegpu/tidegpu/internal/gateway"
@@ -27,6 +28,7 @@ func NewUpCommand() *cobra.Command {
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
 		activatorQueue                                           int
 		activatorWait                                            time.Duration
+		insecureAdmin                                            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE]",
@@ -67,12 +69,17 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
-			token := os.Getenv("TIDEGPU_ADMIN_TOKEN")
+			token := os.Getenv(guard.TokenEnv)
+			// Refuse a public admin address without a token before reading
+			// anything else.
+			if err := guard.CheckExposure("--admin-addr", adminAddr, token, insecureAdmin); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return embedded.Run(ctx, embedded.Options{
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
-				AdminToken: token, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
+				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait,
 			})
 		},
@@ -81,6 +88,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVarP(&file, "file", "f", "", "YAML file of TidePool documents (default: one local pool of 2 simulators)")
 	f.StringVar(&gatewayAddr, "gateway-addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:9090", "address the admin API listens on (loopback unless you mean it); set TIDEGPU_ADMIN_TOKEN to require a token")
+	f.BoolVar(&insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
 	f.StringVar(&stateDir, "state-dir", "", "where instance state and logs live (default $TIDEGPU_STATE_DIR, else $XDG_STATE_HOME/tidegpu or ~/.local/state/tidegpu)")
 	f.StringVar(&policy, "policy", gateway.PolicyP2C, "gateway balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/poolview"
 )
 
 //go:embed assets
@@ -20,7 +20,7 @@ var assets embed.FS
 // Pools is what the timeline reads of the engine (the engine's Manager and
 // the operator's engines satisfy it).
 type Pools interface {
-	Pools() []engine.PoolView
+	Pools() []poolview.Pool
 }
 
 // Options configure the dashboard's handler.
@@ -101,7 +101,7 @@ func (h *handler) timeline() Timeline {
 	if h.o.Events != nil {
 		evs = h.o.Events.List(0, "")
 	}
-	var pools []engine.PoolView
+	var pools []poolview.Pool
 	if h.o.Pools != nil {
 		pools = h.o.Pools.Pools()
 	}

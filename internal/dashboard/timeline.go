@@ -7,8 +7,8 @@ import (
 	"time"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/poolview"
 )
 
 // Step kinds of an instance's timeline.
@@ -103,7 +103,7 @@ var (
 // BuildTimeline folds the event log (oldest first) and the pools' current
 // status into per-instance tracks. meta supplies zone and market for
 // instances no longer in the status (nil for none). It is pure.
-func BuildTimeline(evs []events.Event, pools []engine.PoolView, meta map[string]Meta, now time.Time, window time.Duration) Timeline {
+func BuildTimeline(evs []events.Event, pools []poolview.Pool, meta map[string]Meta, now time.Time, window time.Duration) Timeline {
 	tl := Timeline{Now: now, Since: now.Add(-window), Pools: []PoolTimeline{}}
 	byPool := map[string]map[string]*Track{}
 	order := map[string][]string{}

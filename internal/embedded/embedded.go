@@ -23,6 +23,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
@@ -45,7 +46,10 @@ type Options struct {
 	AdminAddr   string
 	StateDir    string
 	AdminToken  string
-	Policy      string
+	// InsecureAdmin serves an AdminAddr beyond loopback without a token
+	// (--insecure-admin): something else guards it.
+	InsecureAdmin bool
+	Policy        string
 	// KongSecrets is the Kong admin token and TLS material for pools that
 	// use Kong (from files given on the command line).
 	KongSecrets kongreg.Secrets
@@ -106,7 +110,7 @@ func Run(ctx context.Context, o Options) error {
 		trace = t
 	}
 	// An admin API open to the network needs a token.
-	if err := admin.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken); err != nil {
+	if err := guard.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken, o.InsecureAdmin); err != nil {
 		return err
 	}
 	// Bind first: a taken port must fail before any instance starts.

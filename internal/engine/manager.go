@@ -16,6 +16,7 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/placement"
+	"github.com/tidegpu/tidegpu/internal/poolview"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
@@ -199,11 +200,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 }
 
 // PoolView is a pool as the admin API shows it.
-type PoolView struct {
-	Name   string                `json:"name"`
-	Spec   tidev1.TidePoolSpec   `json:"spec"`
-	Status tidev1.TidePoolStatus `json:"status"`
-}
+type PoolView = poolview.Pool
 
 // Pools returns every pool, sorted by name.
 func (m *Manager) Pools() []PoolView {

@@ -20,8 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,8 +29,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	tidev1alpha1 "github.com/tidegpu/tidegpu/api/v1alpha1"
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/bootstrap"
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
@@ -50,16 +48,11 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider/metered"
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
+	"github.com/tidegpu/tidegpu/internal/scheme"
 )
 
-// Scheme knows the built-in types and ours.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(tidev1.AddToScheme(s))
-	utilruntime.Must(tidev1alpha1.AddToScheme(s))
-	return s
-}
+// Scheme knows the built-in types and ours (internal/scheme).
+func Scheme() *runtime.Scheme { return scheme.New() }
 
 // Options configure the operator.
 type Options struct {
@@ -67,8 +60,11 @@ type Options struct {
 	// MetricsAddr, ProbeAddr, AdminAddr: "0" disables; loopback by default.
 	MetricsAddr, ProbeAddr, AdminAddr string
 	AdminToken                        string
-	LeaderElection                    bool
-	LeaderElectionNamespace           string
+	// InsecureAdmin serves an AdminAddr beyond loopback without a token
+	// (--insecure-admin): something else guards it.
+	InsecureAdmin           bool
+	LeaderElection          bool
+	LeaderElectionNamespace string
 	// StateDir is where the local provider keeps its state and logs.
 	StateDir string
 	// LedgerNamespace holds the ConfigMap that keeps the cost ledger across
@@ -96,6 +92,11 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	// An admin API open to the network needs a token: refuse before
+	// anything starts.
+	if err := guard.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken, o.InsecureAdmin); err != nil {
+		return err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
@@ -179,9 +180,6 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.AdminAddr != "" && o.AdminAddr != "0" {
-		if err := admin.CheckExposure("--admin-addr", o.AdminAddr, o.AdminToken); err != nil {
-			return err
-		}
 		ln, err := net.Listen("tcp", o.AdminAddr)
 		if err != nil {
 			return fmt.Errorf("--admin-addr %s: %w", o.AdminAddr, err)

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -328,4 +331,67 @@ func TestUpRefusesAnOpenAdminWithoutAToken(t *testing.T) {
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("state dir was created (something started): %v", err)
 	}
+}
+
+// Every role with an admin listener (up, operator, gateway) refuses an
+// address beyond loopback without a token at start, exits non-zero and says
+// how to fix it; --insecure-admin lets the gateway start anyway.
+func TestRolesRefuseAnOpenAdminWithoutAToken(t *testing.T) {
+	for _, c := range []struct {
+		role string
+		args []string
+	}{
+		{"up", []string{"up", "--state-dir", filepath.Join(t.TempDir(), "state"), "--gateway-addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:9090"}},
+		// The refusal comes before the cluster is looked for.
+		{"operator", []string{"operator", "--kubeconfig", filepath.Join(t.TempDir(), "absent"), "--admin-addr", "0.0.0.0:9090"}},
+		{"gateway", []string{"gateway", "--backend", "http://127.0.0.1:1", "--addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:9091"}},
+	} {
+		t.Run(c.role, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, c.args...)
+			cmd.Env = append(os.Environ(), "TIDEGPU_ADMIN_TOKEN=")
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("tidegpu %s with a public admin address and no token: err %v, want a non-zero exit:\n%s", c.role, err, out)
+			}
+			for _, want := range []string{"--admin-addr 0.0.0.0:909", "TIDEGPU_ADMIN_TOKEN", "127.0.0.1", "--insecure-admin"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("the error does not say %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+	t.Run("gateway --insecure-admin", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, "gateway", "--backend", "http://127.0.0.1:1", "--addr", "127.0.0.1:0",
+			"--admin-addr", "0.0.0.0:0", "--insecure-admin")
+		cmd.Env = append(os.Environ(), "TIDEGPU_ADMIN_TOKEN=")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		started := make(chan bool, 1)
+		go func() {
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), "admin (/metrics, /healthz) on") {
+					started <- true
+					break
+				}
+			}
+			_, _ = io.Copy(io.Discard, stderr)
+		}()
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the gateway did not start with --insecure-admin")
+		}
+	})
 }

@@ -16,7 +16,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/gateway"
-	"github.com/tidegpu/tidegpu/internal/operator"
+	"github.com/tidegpu/tidegpu/internal/scheme"
 )
 
 // Backends returns the gateway backends of a pool: its Ready instances with
@@ -43,7 +43,7 @@ type Publish func(pool string, bs []gateway.Backend)
 // their Ready instances as they change until ctx ends. It returns once the
 // first full list has been published, with the watch going on.
 func Run(ctx context.Context, cfg *rest.Config, publish Publish, namespace string, logger *slog.Logger) error {
-	opts := cache.Options{Scheme: operator.Scheme()}
+	opts := cache.Options{Scheme: scheme.New()}
 	if namespace != "" {
 		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	}

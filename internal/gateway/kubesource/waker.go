@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
-	"github.com/tidegpu/tidegpu/internal/operator"
+	"github.com/tidegpu/tidegpu/internal/scheme"
 )
 
 // wakeEvery bounds the annotation patches per pool: held requests arrive
@@ -40,7 +40,7 @@ type wakeState struct {
 
 // NewWaker returns a Waker talking to the API server of cfg.
 func NewWaker(cfg *rest.Config, logger *slog.Logger) (*Waker, error) {
-	c, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, fmt.Errorf("API client for waking pools: %w", err)
 	}
