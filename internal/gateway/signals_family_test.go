@@ -8,6 +8,7 @@ import (
 	"time"
 
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/metrics/promtest"
 )
 
 // familyExpositions render, for each server family, a /metrics answer with
@@ -112,4 +113,74 @@ func TestUnknownExpositionIsAnError(t *testing.T) {
 			t.Errorf("error %q does not name %q", s.Err, want)
 		}
 	}
+}
+
+// TestEveryFamilySteersP2CThroughPrometheus: the same as
+// TestEveryFamilySteersP2C with the real Prometheus (Debian's package)
+// scraping every family's backends and the gateway reading them through
+// the default PromQL queries, which join every family's names. A backend
+// Prometheus has no series for is an error naming it, and is balanced on
+// the gateway's own signals, not taken for idle.
+func TestEveryFamilySteersP2CThroughPrometheus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Prometheus server")
+	}
+	type pair struct{ busy, idle *testBackend }
+	pairs := map[string]pair{}
+	var scraped []string
+	for _, fam := range loadmetrics.Families {
+		render := familyExpositions[fam.Name]
+		p := pair{familyBackend(t, fam.Name+"-busy", render(5)), familyBackend(t, fam.Name+"-idle", render(0))}
+		pairs[fam.Name] = p
+		scraped = append(scraped, p.busy.addr(), p.idle.addr())
+	}
+	prom := promtest.Start(t, scraped, 200*time.Millisecond)
+	prom.WaitFor(t, "up == 1", len(scraped), 20*time.Second)
+
+	for _, fam := range loadmetrics.Families {
+		t.Run(fam.Name, func(t *testing.T) {
+			p := pairs[fam.Name]
+			src, err := loadmetrics.NewPrometheus(loadmetrics.PrometheusOptions{Address: prom.URL, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, Options{Metrics: src, MetricsInterval: 50 * time.Millisecond, MetricsMaxAge: 2 * time.Second})
+			h.g.SetBackends("p", []Backend{p.busy.backend("p"), p.idle.backend("p")})
+			poll(t, 20*time.Second, "fresh metrics from Prometheus showing busy's queue", func() bool {
+				s := h.g.SignalStatus()["p"]
+				return s.Source == "prometheus" && s.Fresh == 2 && s.Err == "" && status(t, h.g, fam.Name+"-busy").QueueDepth == 5
+			})
+			got := map[string]int{}
+			for range 100 {
+				got[generateVia(t, h)]++
+			}
+			if got[fam.Name+"-idle"] < 95 {
+				t.Errorf("%s through Prometheus: %v; want at least 95 of 100 on the idle backend", fam.Server, got)
+			}
+		})
+	}
+
+	t.Run("no series", func(t *testing.T) {
+		unscraped := familyBackend(t, "unscraped", familyExpositions["vllm"](0))
+		idle := pairs["vllm"].idle
+		src, err := loadmetrics.NewPrometheus(loadmetrics.PrometheusOptions{Address: prom.URL, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, Options{Metrics: src, MetricsInterval: 50 * time.Millisecond, MetricsMaxAge: 2 * time.Second})
+		h.g.SetBackends("p", []Backend{unscraped.backend("p"), idle.backend("p")})
+		poll(t, 20*time.Second, "the error for the backend without series", func() bool {
+			s := h.g.SignalStatus()["p"]
+			return s.Fresh == 1 && s.Err != ""
+		})
+		s := h.g.SignalStatus()["p"]
+		for _, want := range []string{"unscraped", unscraped.addr(), "no series"} {
+			if !strings.Contains(s.Err, want) {
+				t.Errorf("error %q does not name %q", s.Err, want)
+			}
+		}
+		if st := status(t, h.g, "unscraped"); st.MetricsFresh {
+			t.Errorf("the backend without series has fresh metrics: %+v", st)
+		}
+	})
 }
