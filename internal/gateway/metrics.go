@@ -130,6 +130,9 @@ var (
 	healthyDesc = prometheus.NewDesc("tidegpu_gateway_backend_healthy",
 		"1 if the backend passes its probe and is not passively ejected, else 0.",
 		[]string{"pool", "backend"}, nil)
+	metricsFreshDesc = prometheus.NewDesc("tidegpu_gateway_backend_metrics_fresh",
+		"1 if the backend's own metrics (queue depth and the rest) were read from the metrics source (label source) within the max age, else 0: the gateway balances it on its own measurements. source is \"gateway\" when no metrics source is set.",
+		[]string{"pool", "backend", "source"}, nil)
 )
 
 // stateCollector reports the per-backend gauges from the gateway's live
@@ -139,10 +142,16 @@ type stateCollector struct{ g *Gateway }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inFlightDesc
 	ch <- healthyDesc
+	ch <- metricsFreshDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	now := c.g.clock.Now().UnixNano()
+	at := c.g.clock.Now()
+	now := at.UnixNano()
+	source := SignalGateway
+	if c.g.metricsSrc != nil {
+		source = c.g.metricsSrc.Name()
+	}
 	seen := make(map[[2]string]bool)
 	for _, u := range c.g.upstreams() {
 		key := [2]string{u.pool, u.id}
@@ -157,5 +166,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, in, u.pool, u.id)
 		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, u.pool, u.id)
+		fresh := 0.0
+		if m := u.ext.Load(); m != nil && m.Fresh(at, c.g.metricsMaxAge) {
+			fresh = 1
+		}
+		ch <- prometheus.MustNewConstMetric(metricsFreshDesc, prometheus.GaugeValue, fresh, u.pool, u.id, source)
 	}
 }
