@@ -83,7 +83,7 @@ type Reader struct {
 	log      *slog.Logger
 
 	mu   sync.Mutex
-	last *Reading                         // nil before the first read
+	last *Reading                        // nil before the first read
 	prev map[string]map[string]counterAt // pool → replica → requests at the pool's last Observe
 }
 

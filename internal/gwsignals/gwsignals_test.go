@@ -2,8 +2,8 @@ package gwsignals
 
 import (
 	"context"
-	"net"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
