@@ -37,6 +37,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
+	"github.com/tidegpu/tidegpu/internal/gwsignals"
 	"github.com/tidegpu/tidegpu/internal/events"
 	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
@@ -73,7 +74,12 @@ type Options struct {
 	// Cluster names this installation in the clouds' ownership tags, so
 	// that two installations never touch each other's instances.
 	Cluster string
-	Logger  *slog.Logger
+	// GatewayMetrics are the standalone gateway replicas' metrics URLs
+	// (`tidegpu gateway --admin-addr`, path /metrics; a headless Service's
+	// name reaches every replica), read for the pools' autoscalers; none:
+	// autoscaling on traffic metrics has no signals.
+	GatewayMetrics []string
+	Logger         *slog.Logger
 }
 
 // Run runs the operator until ctx ends.
@@ -109,7 +115,16 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	var signals engine.Signals
+	if len(o.GatewayMetrics) > 0 {
+		r, err := gwsignals.New(gwsignals.Options{URLs: o.GatewayMetrics, Logger: o.Logger})
+		if err != nil {
+			return fmt.Errorf("--gateway-metrics: %w", err)
+		}
+		signals = r
+	}
 	engines := tidepool.NewEngines(tidepool.EnginesOptions{
+		Signals:   signals,
 		Recorder:  rec,
 		Registrar: registrar.Nop{},
 		Registry:  crmetrics.Registry,
