@@ -671,6 +671,9 @@ type BackendStatus struct {
 	// Concurrency: the requests the backend runs at once before queueing,
 	// as estimated from its metrics; 0 if unknown.
 	Concurrency float64 `json:"concurrency,omitempty"`
+	// Signals are the backend's own metrics as last read, with their
+	// source and age, and what is missing.
+	Signals *BackendSignals `json:"signals"`
 }
 
 // Backends returns the state of every backend, published or still draining
@@ -706,6 +709,7 @@ func (g *Gateway) Backends() []BackendStatus {
 			PeakLatency:         u.PeakLatency(now, g.latencyDecay),
 			ErrorRate:           u.ErrorRate(),
 			Concurrency:         math.Float64frombits(u.concBits.Load()),
+			Signals:             g.backendSignals(u, now),
 		}
 		if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
 			s.MetricsFresh = true

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -267,7 +268,19 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 	if g.ctx.Err() != nil {
 		return // closing: the error is ours
 	}
+	var te *loadmetrics.TargetError
+	perTarget := errors.As(err, &te)
 	for _, u := range t.all {
+		switch {
+		case perTarget && te.Failed[u.id] != nil:
+			msg := te.Failed[u.id].Error()
+			u.extErr.Store(&msg)
+		case err != nil && !perTarget && snap[u.id].Has == 0:
+			msg := err.Error()
+			u.extErr.Store(&msg)
+		default:
+			u.extErr.Store(nil)
+		}
 		if m, ok := snap[u.id]; ok {
 			u.ext.Store(&m)
 			if c, ok := concurrencyEstimate(m); ok {
@@ -335,4 +348,79 @@ func (s localSource) Snapshot(ctx context.Context, targets []loadmetrics.Target)
 		out[tg.ID] = m
 	}
 	return out, nil
+}
+
+// BackendSignals are the signals of one backend's own metrics as the
+// gateway last read them (GET /api/v1/backends, tidegpu status). A value
+// is nil when it was not read: the server does not publish it, or its
+// metrics could not be read (Error says why).
+type BackendSignals struct {
+	// Source is the metrics source ("scrape", "prometheus"), or "gateway"
+	// when the gateway has none (the backend is balanced on the gateway's
+	// own measurements).
+	Source string `json:"source"`
+	// Family is the server family whose metric names were read.
+	Family string `json:"family,omitempty"`
+	// Queue, Running: requests waiting and running; KVCache and GPUUtil
+	// fractions 0..1; TTFTP99 the 99th percentile of the time to first
+	// token, in seconds.
+	Queue   *float64 `json:"queue,omitempty"`
+	Running *float64 `json:"running,omitempty"`
+	KVCache *float64 `json:"kvCache,omitempty"`
+	TTFTP99 *float64 `json:"ttftP99,omitempty"`
+	GPUUtil *float64 `json:"gpuUtil,omitempty"`
+	// ObservedAt is when the values were measured; Age how long before
+	// the status, in seconds.
+	ObservedAt time.Time `json:"observedAt,omitzero"`
+	Age        float64   `json:"age,omitempty"`
+	// Fresh: younger than the gateway's metrics max age, so balancing
+	// uses them.
+	Fresh bool `json:"fresh"`
+	// Missing names the signals above that have no value (queue,
+	// running, kvCache, ttftP99, gpuUtil).
+	Missing []string `json:"missing,omitempty"`
+	// Error is why the last read had nothing for this backend.
+	Error string `json:"error,omitempty"`
+}
+
+// backendSignals describes u's last metrics at now. Pure but for the
+// atomic loads.
+func (g *Gateway) backendSignals(u *Upstream, now time.Time) *BackendSignals {
+	s := &BackendSignals{Source: SignalGateway}
+	if g.metricsSrc != nil {
+		s.Source = g.metricsSrc.Name()
+	}
+	if p := u.extErr.Load(); p != nil {
+		s.Error = *p
+	}
+	m := u.ext.Load()
+	if m == nil {
+		m = &loadmetrics.BackendMetrics{}
+	}
+	s.Family = m.Family
+	if !m.ObservedAt.IsZero() {
+		s.ObservedAt = m.ObservedAt
+		s.Age = now.Sub(m.ObservedAt).Seconds()
+	}
+	s.Fresh = m.Fresh(now, g.metricsMaxAge)
+	for _, f := range []struct {
+		name  string
+		field loadmetrics.Field
+		v     float64
+		dst   **float64
+	}{
+		{"queue", loadmetrics.FieldQueueDepth, m.QueueDepth, &s.Queue},
+		{"running", loadmetrics.FieldRunning, m.Running, &s.Running},
+		{"kvCache", loadmetrics.FieldKVCacheUsage, m.KVCacheUsage, &s.KVCache},
+		{"ttftP99", loadmetrics.FieldTTFT, m.TTFTP99.Seconds(), &s.TTFTP99},
+		{"gpuUtil", loadmetrics.FieldGPUUtil, m.GPUUtil, &s.GPUUtil},
+	} {
+		if m.Has&f.field == 0 {
+			s.Missing = append(s.Missing, f.name)
+			continue
+		}
+		v := f.v
+		*f.dst = &v
+	}
+	return s
 }

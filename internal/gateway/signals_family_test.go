@@ -83,6 +83,7 @@ func TestEveryFamilySteersP2C(t *testing.T) {
 			if f := status(t, h.g, "idle").MetricsFamily; f != fam.Name {
 				t.Errorf("BackendStatus.MetricsFamily %q; want %q", f, fam.Name)
 			}
+			checkSignals(t, status(t, h.g, "busy").Signals, fam, "scrape")
 			got := map[string]int{}
 			for range 100 {
 				got[generateVia(t, h)]++
@@ -150,6 +151,7 @@ func TestEveryFamilySteersP2CThroughPrometheus(t *testing.T) {
 				s := h.g.SignalStatus()["p"]
 				return s.Source == "prometheus" && s.Fresh == 2 && s.Err == "" && status(t, h.g, fam.Name+"-busy").QueueDepth == 5
 			})
+			checkSignals(t, status(t, h.g, fam.Name+"-busy").Signals, fam, "prometheus")
 			got := map[string]int{}
 			for range 100 {
 				got[generateVia(t, h)]++
@@ -179,8 +181,41 @@ func TestEveryFamilySteersP2CThroughPrometheus(t *testing.T) {
 				t.Errorf("error %q does not name %q", s.Err, want)
 			}
 		}
-		if st := status(t, h.g, "unscraped"); st.MetricsFresh {
-			t.Errorf("the backend without series has fresh metrics: %+v", st)
+		st := status(t, h.g, "unscraped")
+		if st.MetricsFresh || st.Signals.Fresh || st.Signals.Queue != nil {
+			t.Errorf("the backend without series has fresh metrics: %+v", st.Signals)
+		}
+		if !strings.Contains(st.Signals.Error, "no series") || st.Signals.Source != "prometheus" || len(st.Signals.Missing) != 5 {
+			t.Errorf("its signals %+v; want the error, the source and all 5 missing", st.Signals)
+		}
+		if e := status(t, h.g, idle.id).Signals.Error; e != "" {
+			t.Errorf("the scraped backend carries the other's error %q", e)
 		}
 	})
+}
+
+// checkSignals checks a busy family backend's BackendSignals: queue 5, the
+// family's name and source, a recent read, and exactly the signals the
+// family does not publish (and GPU utilisation, which none does) missing.
+func checkSignals(t *testing.T, s *BackendSignals, fam loadmetrics.Family, source string) {
+	t.Helper()
+	if s == nil {
+		t.Fatal("no Signals in BackendStatus")
+	}
+	if s.Queue == nil || *s.Queue != 5 || s.Running == nil || *s.Running != 1 || s.Source != source || !s.Fresh || s.Age < 0 || s.Age > 5 || s.Error != "" {
+		t.Errorf("%s signals %+v; want queue 5, running 1, fresh from %s", fam.Name, s, source)
+	}
+	if source == "scrape" && s.Family != fam.Name {
+		t.Errorf("family %q; want %q", s.Family, fam.Name)
+	}
+	want := []string{}
+	if len(fam.KVCache) == 0 || fam.Name == "llamacpp" { // the test's llama.cpp exposition has no KV ratio
+		want = append(want, "kvCache")
+	} else if s.KVCache == nil || *s.KVCache != 0.5 {
+		t.Errorf("%s kvCache %v; want 0.5", fam.Name, s.KVCache)
+	}
+	want = append(want, "ttftP99", "gpuUtil") // the test's expositions have no TTFT histogram
+	if strings.Join(s.Missing, ",") != strings.Join(want, ",") {
+		t.Errorf("%s missing %v; want %v", fam.Name, s.Missing, want)
+	}
 }

@@ -57,6 +57,9 @@ type Upstream struct {
 	// ext is the latest snapshot of the backend's own metrics from
 	// Options.Metrics; nil until the first one.
 	ext atomic.Pointer[loadmetrics.BackendMetrics]
+	// extErr is why the last read of Options.Metrics had nothing for this
+	// backend; nil if it had.
+	extErr atomic.Pointer[string]
 	// concBits is math.Float64bits of the latest concurrency estimate from
 	// the metrics (see concurrencyEstimate); 0 if none yet.
 	concBits atomic.Uint64
