@@ -39,6 +39,7 @@ type gatewayOptions struct {
 	backends   []string
 	metrics    string
 	family     string
+	dcgmURL    string
 	kubeconfig string
 	namespace  string
 	addr       string
@@ -102,6 +103,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f.StringArrayVar(&o.backends, "backend", nil, "backend base URL http://host:port; repeat for several (required)")
 	f.StringVar(&o.metrics, "metrics", "scrape", "backend signals for balancing: scrape (each backend's /metrics), prometheus=URL (PromQL), or none (the gateway's own measurements)")
 	f.StringVar(&o.family, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
+	f.StringVar(&o.dcgmURL, "dcgm-url", "", dcgmURLUsage)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
@@ -276,6 +278,9 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if err != nil {
 		return err
 	}
+	if msrc, err = withDCGM(msrc, o.dcgmURL); err != nil {
+		return err
+	}
 	if msrc != nil {
 		defer msrc.Close()
 	}
@@ -397,6 +402,24 @@ func kubeSource(kubeconfig, namespace string) backendSource {
 		<-ctx.Done()
 		return nil
 	}
+}
+
+// dcgmURLUsage is the help of --dcgm-url (gateway and operator).
+const dcgmURLUsage = "NVIDIA dcgm-exporter metrics URL for GPU utilisation (DCGM_FI_DEV_GPU_UTIL, averaged over an instance's GPUs), a template over {{.IP}}, {{.ID}} and {{.Port}} of each backend, e.g. http://{{.IP}}:9400/metrics; a URL without fields is one exporter whose series are matched by their pod or Hostname label; empty: none"
+
+// withDCGM adds dcgm-exporter's GPU utilisation (--dcgm-url) to src.
+func withDCGM(src metrics.Source, dcgmURL string) (metrics.Source, error) {
+	if dcgmURL == "" {
+		return src, nil
+	}
+	if src == nil {
+		return nil, fmt.Errorf("--dcgm-url needs backend metrics: set --metrics scrape or prometheus=URL (and --metrics-family other than none)")
+	}
+	d, err := metrics.NewDCGM(src, metrics.DCGMOptions{URL: dcgmURL})
+	if err != nil {
+		return nil, fmt.Errorf("--dcgm-url: %w", err)
+	}
+	return d, nil
 }
 
 // metricsSource builds the balancing signal source --metrics names, reading

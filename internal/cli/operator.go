@@ -17,9 +17,9 @@ import (
 // NewOperatorCommand returns `tidegpu operator`.
 func NewOperatorCommand() *cobra.Command {
 	var (
-		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS string
-		leaderElect                                                                                    bool
-		gatewayMetrics                                                                                 []string
+		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS, dcgmURL string
+		leaderElect                                                                                             bool
+		gatewayMetrics                                                                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -47,7 +47,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 				Config: cfg, MetricsAddr: metricsAddr, ProbeAddr: probeAddr, AdminAddr: adminAddr,
 				AdminToken: os.Getenv("TIDEGPU_ADMIN_TOKEN"), LeaderElection: leaderElect,
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
-				GatewayMetrics: gatewayMetrics,
+				GatewayMetrics: gatewayMetrics, DCGMURL: dcgmURL,
 			})
 		},
 	}
@@ -62,6 +62,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&cluster, "cluster-name", "default", "names this installation in cloud ownership tags; two installations sharing an account need different names")
 	f.StringVar(&ledgerNS, "ledger-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap tidegpu-cost-ledger that keeps spend across restarts (default $POD_NAMESPACE; empty: memory only)")
 	f.StringSliceVar(&gatewayMetrics, "gateway-metrics", nil, "metrics URLs of the standalone gateway replicas (tidegpu gateway --admin-addr, path /metrics), read for the pools' autoscalers (concurrency, qps); a headless Service's name reaches every replica, e.g. http://tidegpu-gateway-metrics.tidegpu-system.svc:9091/metrics; repeat or comma-separate")
+	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for AIBalancers and the pools' gpu-utilization autoscaling)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

@@ -79,6 +79,10 @@ type Options struct {
 	// name reaches every replica), read for the pools' autoscalers; none:
 	// autoscaling on traffic metrics has no signals.
 	GatewayMetrics []string
+	// DCGMURL is NVIDIA dcgm-exporter's metrics URL template (see
+	// metrics.DCGMOptions.URL): GPU utilisation for AIBalancers and for the
+	// pools' autoscalers (gpu-utilization). Empty: none.
+	DCGMURL string
 	Logger         *slog.Logger
 }
 
@@ -115,16 +119,26 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	var signals engine.Signals
+	var signals joinedSignals
 	if len(o.GatewayMetrics) > 0 {
 		r, err := gwsignals.New(gwsignals.Options{URLs: o.GatewayMetrics, Logger: o.Logger})
 		if err != nil {
 			return fmt.Errorf("--gateway-metrics: %w", err)
 		}
-		signals = r
+		signals = append(signals, r)
+	}
+	var gpu *metrics.DCGM
+	if o.DCGMURL != "" {
+		if gpu, err = metrics.NewDCGM(nil, metrics.DCGMOptions{URL: o.DCGMURL}); err != nil {
+			return fmt.Errorf("--dcgm-url: %w", err)
+		}
+	}
+	var engineSignals engine.Signals
+	if len(signals) > 0 || gpu != nil {
+		engineSignals = &signals // the GPU signals join below, before anything runs
 	}
 	engines := tidepool.NewEngines(tidepool.EnginesOptions{
-		Signals:   signals,
+		Signals:   engineSignals,
 		Recorder:  rec,
 		Registrar: registrar.Nop{},
 		Registry:  crmetrics.Registry,
@@ -138,8 +152,16 @@ func Run(ctx context.Context, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TidePool controller: %w", err)
 	}
-	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
-	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: scrape, Weights: engines, Registry: crmetrics.Registry,
+	if gpu != nil {
+		signals = append(signals, gpuSignals{src: gpu, pools: engines.Status})
+	}
+	var abMetrics metrics.Source = metrics.NewScrape(metrics.ScrapeOptions{})
+	if o.DCGMURL != "" {
+		if abMetrics, err = metrics.NewDCGM(abMetrics, metrics.DCGMOptions{URL: o.DCGMURL}); err != nil {
+			return fmt.Errorf("--dcgm-url: %w", err)
+		}
+	}
+	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: abMetrics, Weights: engines, Registry: crmetrics.Registry,
 		Events: mgr.GetEventRecorder("tidegpu-aibalancer")}
 	if err := ab.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the AIBalancer controller: %w", err)
