@@ -83,7 +83,7 @@ type Options struct {
 	// metrics.DCGMOptions.URL): GPU utilisation for AIBalancers and for the
 	// pools' autoscalers (gpu-utilization). Empty: none.
 	DCGMURL string
-	Logger         *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Run runs the operator until ctx ends.
