@@ -71,3 +71,24 @@ func (s *gatewaySignals) SignalHealth(pool string) (source string, fallback bool
 	}
 	return st.Source, st.Source == gateway.SignalGateway, reason, true
 }
+
+// SignalGaps implements engine.SignalGaps: the pool's backends without
+// fresh metrics from the gateway's metrics source while others have them.
+func (s *gatewaySignals) SignalGaps(pool string) []string {
+	var missing []string
+	someFresh := false
+	for _, b := range s.gw.Backends() {
+		if b.Pool != pool || b.Removed || b.Signals == nil || b.Signals.Source == gateway.SignalGateway {
+			continue
+		}
+		if b.Signals.Fresh {
+			someFresh = true
+		} else {
+			missing = append(missing, b.ID)
+		}
+	}
+	if !someFresh {
+		return nil
+	}
+	return missing
+}

@@ -208,6 +208,37 @@ func (r *Reader) SignalHealth(pool string) (source string, fallback bool, reason
 	return health(pool, r.reading(context.Background()))
 }
 
+// SignalGaps implements engine.SignalGaps: the pool's backends no gateway
+// replica has fresh metrics of, while another backend has them (with none
+// fresh, SignalHealth reports the fallback).
+func (r *Reader) SignalGaps(pool string) []string {
+	return gaps(pool, r.reading(context.Background()))
+}
+
+// gaps is SignalGaps's pure part.
+func gaps(pool string, rd *Reading) []string {
+	fresh := map[string]bool{}
+	for _, rep := range rd.Replicas {
+		for be, f := range rep.Fresh[pool] {
+			fresh[be] = fresh[be] || f
+		}
+	}
+	var missing []string
+	someFresh := false
+	for be, f := range fresh {
+		if f {
+			someFresh = true
+		} else {
+			missing = append(missing, be)
+		}
+	}
+	if !someFresh {
+		return nil
+	}
+	slices.Sort(missing)
+	return missing
+}
+
 // health is SignalHealth's pure part.
 func health(pool string, rd *Reading) (source string, fallback bool, reason string, ok bool) {
 	fresh := map[string]bool{}

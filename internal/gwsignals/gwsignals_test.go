@@ -116,6 +116,28 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+func TestGaps(t *testing.T) {
+	rep := func(be map[string]bool) Replica { return Replica{Fresh: map[string]map[string]bool{"ns/p": be}} }
+	for _, tc := range []struct {
+		name string
+		rd   Reading
+		want string
+	}{
+		{"none known", Reading{}, ""},
+		{"all fresh", Reading{Replicas: map[string]Replica{"a": rep(map[string]bool{"i-1": true})}}, ""},
+		{"fresh in one replica is fresh", Reading{Replicas: map[string]Replica{
+			"a": rep(map[string]bool{"i-1": true, "i-2": false}), "b": rep(map[string]bool{"i-2": true, "i-3": false})}}, "i-3"},
+		{"none fresh: a fallback, not gaps", Reading{Replicas: map[string]Replica{"a": rep(map[string]bool{"i-1": false})}}, ""},
+		{"sorted", Reading{Replicas: map[string]Replica{"a": rep(map[string]bool{"i-9": false, "i-1": true, "i-3": false})}}, "i-3,i-9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := strings.Join(gaps("ns/p", &tc.rd), ","); got != tc.want {
+				t.Errorf("gaps %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestParseRefusesOtherExpositions(t *testing.T) {
 	if _, err := Parse([]byte("# TYPE go_goroutines gauge\ngo_goroutines 3\n"), expfmt.NewFormat(expfmt.TypeTextPlain)); err == nil ||
 		!strings.Contains(err.Error(), metricDuration) {

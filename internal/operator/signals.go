@@ -76,3 +76,13 @@ func (j joinedSignals) SignalHealth(pool string) (source string, fallback bool, 
 	}
 	return "", false, "", false
 }
+
+// SignalGaps implements engine.SignalGaps with the first source that does.
+func (j joinedSignals) SignalGaps(pool string) []string {
+	for _, s := range j {
+		if g, is := s.(engine.SignalGaps); is {
+			return g.SignalGaps(pool)
+		}
+	}
+	return nil
+}
