@@ -85,6 +85,8 @@ type Reader struct {
 	mu   sync.Mutex
 	last *Reading                        // nil before the first read
 	prev map[string]map[string]counterAt // pool → replica → requests at the pool's last Observe
+	// failing are the replicas the last read failed on (logged once).
+	failing map[string]bool
 }
 
 type counterAt struct {
@@ -326,8 +328,21 @@ func (r *Reader) read(ctx context.Context, now time.Time) *Reading {
 		}
 	}
 	wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for name, err := range rd.Failed {
-		r.log.Warn("gateway metrics: a replica could not be read; the operator's autoscalers hold", "replica", name, "err", err)
+		if !r.failing[name] {
+			r.log.Warn("gateway metrics: a replica could not be read; the operator's autoscalers hold", "replica", name, "err", err)
+		}
+	}
+	for name := range r.failing {
+		if rd.Failed[name] == nil {
+			r.log.Info("gateway metrics: a replica answers again, or is gone", "replica", name)
+		}
+	}
+	r.failing = make(map[string]bool, len(rd.Failed))
+	for name := range rd.Failed {
+		r.failing[name] = true
 	}
 	return rd
 }
