@@ -58,6 +58,11 @@ type Backend struct {
 	// Version is the version of the model(s) the backend serves, for a
 	// version split (SetVersionSplit); "" if none.
 	Version string
+	// MetricsFamily, if set, is the metric names the backend serves (its
+	// pool's spec.serving.metrics) instead of the metrics source's;
+	// NoMetrics reads none of its metrics (Ollama).
+	MetricsFamily loadmetrics.Family
+	NoMetrics     bool
 }
 
 // Options configures a Gateway. The zero value is valid: every zero field
@@ -502,6 +507,7 @@ func (g *Gateway) SetBackends(pool string, bs []Backend) {
 		u.weight.Store(w)
 		u.draining.Store(b.Draining)
 		u.setMeta(b.Models, b.Version)
+		u.setMetricsFamily(b.MetricsFamily, b.NoMetrics)
 		keep[u] = true
 		list = append(list, u)
 	}

@@ -258,9 +258,19 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 	if len(t.all) == 0 {
 		return
 	}
-	targets := make([]loadmetrics.Target, len(t.all))
-	for i, u := range t.all {
-		targets[i] = loadmetrics.Target{ID: u.id, Address: u.address}
+	targets := make([]loadmetrics.Target, 0, len(t.all))
+	for _, u := range t.all {
+		if u.noMetrics.Load() {
+			continue
+		}
+		tg := loadmetrics.Target{ID: u.id, Address: u.address}
+		if f := u.family.Load(); f != nil {
+			tg.Family = *f
+		}
+		targets = append(targets, tg)
+	}
+	if len(targets) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.metricsTimeout)
 	snap, err := g.metricsSrc.Snapshot(ctx, targets)
@@ -387,7 +397,7 @@ type BackendSignals struct {
 // atomic loads.
 func (g *Gateway) backendSignals(u *Upstream, now time.Time) *BackendSignals {
 	s := &BackendSignals{Source: SignalGateway}
-	if g.metricsSrc != nil {
+	if g.metricsSrc != nil && !u.noMetrics.Load() {
 		s.Source = g.metricsSrc.Name()
 	}
 	if p := u.extErr.Load(); p != nil {

@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/metrics/promtest"
 )
@@ -217,5 +219,49 @@ func checkSignals(t *testing.T, s *BackendSignals, fam loadmetrics.Family, sourc
 	want = append(want, "ttftP99", "gpuUtil") // the test's expositions have no TTFT histogram
 	if strings.Join(s.Missing, ",") != strings.Join(want, ",") {
 		t.Errorf("%s missing %v; want %v", fam.Name, s.Missing, want)
+	}
+}
+
+// TestPoolMetricsFamilySteersP2C: a pool's spec.serving.metrics reaches
+// the gateway with its backends: custom names (a server of no known
+// family, KV cache in percent) are read and steer p2c, and a pool with
+// family none is not read at all, which /api/v1/backends says.
+func TestPoolMetricsFamilySteersP2C(t *testing.T) {
+	custom := func(q int) string {
+		return fmt.Sprintf("# TYPE my_waiting gauge\nmy_waiting %d\n# TYPE my_kv_percent gauge\nmy_kv_percent 50\n", q)
+	}
+	busy := familyBackend(t, "busy", custom(5))
+	idle := familyBackend(t, "idle", custom(0))
+	fam, off, err := loadmetrics.SpecFamily(&tidev1.ServingMetrics{Names: &tidev1.MetricNames{Queue: "my_waiting", KVCache: "my_kv_percent", KVCacheUnit: "Percent"}})
+	if err != nil || off {
+		t.Fatal(err, off)
+	}
+	src := loadmetrics.NewScrape(loadmetrics.ScrapeOptions{})
+	defer src.Close()
+	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+	with := func(b Backend) Backend { b.MetricsFamily = fam; return b }
+	h.g.SetBackends("p", []Backend{with(busy.backend("p")), with(idle.backend("p"))})
+	poll(t, 10*time.Second, "fresh custom metrics showing busy's queue", func() bool {
+		s := h.g.SignalStatus()["p"]
+		return s.Fresh == 2 && s.Err == "" && status(t, h.g, "busy").QueueDepth == 5
+	})
+	if s := status(t, h.g, "busy").Signals; s.KVCache == nil || *s.KVCache != 0.5 || s.Family != "custom" {
+		t.Errorf("signals %+v; want KV cache 0.5 from 50 %%, family custom", s)
+	}
+	got := map[string]int{}
+	for range 100 {
+		got[generateVia(t, h)]++
+	}
+	if got["idle"] < 95 {
+		t.Errorf("custom names: %v; want at least 95 of 100 on the idle backend", got)
+	}
+
+	// Family none: never read, on the gateway's own signals, no error.
+	ollama := familyBackend(t, "ollama", "")
+	h.g.SetBackends("o", []Backend{{ID: "ollama", Pool: "o", Address: ollama.addr(), NoMetrics: true}})
+	h.g.refreshMetrics(context.Background())
+	s := status(t, h.g, "ollama").Signals
+	if s.Source != SignalGateway || s.Error != "" || s.Fresh {
+		t.Errorf("a family-none backend's signals %+v; want the gateway's own, no error", s)
 	}
 }

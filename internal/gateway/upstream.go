@@ -60,6 +60,10 @@ type Upstream struct {
 	// extErr is why the last read of Options.Metrics had nothing for this
 	// backend; nil if it had.
 	extErr atomic.Pointer[string]
+	// family is the metric names of the backend (nil: the source's);
+	// noMetrics leaves it out of the metrics reads.
+	family    atomic.Pointer[loadmetrics.Family]
+	noMetrics atomic.Bool
 	// concBits is math.Float64bits of the latest concurrency estimate from
 	// the metrics (see concurrencyEstimate); 0 if none yet.
 	concBits atomic.Uint64
@@ -99,6 +103,20 @@ var noMeta = &backendMeta{}
 
 // setMeta publishes the backend's models and version, keeping the current
 // value (and its identity) if nothing changed.
+// setMetricsFamily stores the backend's metric names (see
+// Backend.MetricsFamily).
+func (u *Upstream) setMetricsFamily(f loadmetrics.Family, off bool) {
+	u.noMetrics.Store(off)
+	if f.Queue == "" {
+		u.family.Store(nil)
+		return
+	}
+	if cur := u.family.Load(); cur == nil || cur.Name != f.Name || cur.Queue != f.Queue || cur.Running != f.Running ||
+		!slices.Equal(cur.KVCache, f.KVCache) || cur.KVCacheScale != f.KVCacheScale || cur.TTFT != f.TTFT {
+		u.family.Store(&f)
+	}
+}
+
 func (u *Upstream) setMeta(models []string, version string) {
 	cur := u.meta.Load()
 	if cur.version == version && slices.Equal(cur.models, models) {

@@ -31,6 +31,10 @@ type Target struct {
 	// Address is host:port of the backend's HTTP server, which also serves
 	// /metrics (vLLM, the simulator).
 	Address string
+	// Family, if set, is the metric names of this backend (its pool's
+	// spec.serving.metrics), instead of the source's. The Scrape source
+	// reads it; Prometheus queries are the same for every backend.
+	Family Family
 }
 
 // Field names one value of BackendMetrics, for BackendMetrics.Has.

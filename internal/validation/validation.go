@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -213,6 +214,45 @@ func serving(s *tidev1.ServingSpec, path *field.Path) field.ErrorList {
 	}
 	if rp := s.ReadinessPath; rp != "" && !pathRE.MatchString(rp) {
 		errs = append(errs, field.Invalid(path.Child("readinessPath"), rp, "must be a path starting with /, such as /healthz"))
+	}
+	if s.Metrics != nil {
+		errs = append(errs, servingMetrics(s.Metrics, path.Child("metrics"))...)
+	}
+	return errs
+}
+
+// MetricNamePattern is a Prometheus metric name
+// (spec.serving.metrics.names.*).
+const MetricNamePattern = `^[a-zA-Z_:][a-zA-Z0-9_:]*$`
+
+var metricNameRE = regexp.MustCompile(MetricNamePattern)
+
+// servingMetrics checks spec.serving.metrics (mirrored by the CRD's enum,
+// pattern and CEL rules).
+func servingMetrics(m *tidev1.ServingMetrics, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	families := []string{"auto", "vllm", "sglang", "tgi", "llamacpp", "none"}
+	if m.Family != "" && !slices.Contains(families, string(m.Family)) {
+		errs = append(errs, field.NotSupported(path.Child("family"), m.Family, families))
+	}
+	n := m.Names
+	if n == nil {
+		return errs
+	}
+	np := path.Child("names")
+	switch {
+	case m.Family == tidev1.MetricsFamilyNone:
+		errs = append(errs, field.Invalid(np, "", "a pool with family none reads no metrics: remove names or set a family"))
+	case n.Queue == "" && (m.Family == "" || m.Family == tidev1.MetricsFamilyAuto):
+		errs = append(errs, field.Required(np.Child("queue"), "required unless family names a server (auto has no names to start from): give the queue gauge's name"))
+	}
+	for _, f := range []struct{ name, v string }{{"queue", n.Queue}, {"running", n.Running}, {"kvCache", n.KVCache}, {"ttft", n.TTFT}} {
+		if f.v != "" && !metricNameRE.MatchString(f.v) {
+			errs = append(errs, field.Invalid(np.Child(f.name), f.v, "must be a Prometheus metric name, such as vllm:num_requests_waiting"))
+		}
+	}
+	if u := n.KVCacheUnit; u != "" && u != "Fraction" && u != "Percent" {
+		errs = append(errs, field.NotSupported(np.Child("kvCacheUnit"), u, []string{"Fraction", "Percent"}))
 	}
 	return errs
 }

@@ -103,6 +103,11 @@ var invalidCases = []invalid{
 	// Serving, draining, local.
 	both("port above 65535", "spec.serving.port", base+"serving: {port: 70000}\n"),
 	both("readiness path without /", "spec.serving.readinessPath", base+"serving: {readinessPath: healthz}\n"),
+	both("metrics family unknown", "spec.serving.metrics.family", base+"serving: {metrics: {family: triton}}\n"),
+	both("metrics names with family none", "spec.serving.metrics.names", base+"serving: {metrics: {family: none, names: {queue: q}}}\n"),
+	both("metrics names without queue under auto", "spec.serving.metrics.names.queue", base+"serving: {metrics: {names: {running: r}}}\n"),
+	both("metrics name not a metric name", "spec.serving.metrics.names.running", base+"serving: {metrics: {family: vllm, names: {running: \"running requests\"}}}\n"),
+	both("metrics kvCacheUnit unknown", "spec.serving.metrics.names.kvCacheUnit", base+"serving: {metrics: {family: vllm, names: {kvCacheUnit: Ratio}}}\n"),
 	both("drainSeconds above 3600", "spec.drainSeconds", base+"drainSeconds: 4000\n"),
 	both("env without =", "spec.local.env[0]", base+"local: {env: [novalue]}\n"),
 	both("blank program", "spec.local.command", base+"local: {command: [\" \", serve]}\n"),
@@ -219,6 +224,10 @@ var validCases = []struct{ name, spec string }{
 	{"kong by IPv6", base + "kongGatewayIP: \"fe80::1\"\n"},
 	{"kong spec", base + "kong: {adminURL: \"https://kong-admin:8444\", tokenSecretRef: {name: kong, key: token}, tlsSecretRef: {name: kong-tls}}\n"},
 	{"serving, draining, local", base + "drainSeconds: 0\nserving: {port: 8080, readinessPath: /, models: [qwen2]}\nlocal: {command: [ollama, serve], env: [\"A=\", \"B=c=d\"], startTimeoutSeconds: 5}\n"},
+	{"serving metrics: a family", base + "serving: {metrics: {family: sglang}}\n"},
+	{"serving metrics: names of its own", base + "serving: {metrics: {names: {queue: my_queue, running: my_running, kvCache: my_kv_percent, kvCacheUnit: Percent, ttft: my_ttft_seconds}}}\n"},
+	{"serving metrics: a family with one name renamed", base + "serving: {metrics: {family: vllm, names: {kvCache: \"vllm:gpu_cache_usage_perc\"}}}\n"},
+	{"serving metrics: none", base + "serving: {metrics: {family: none}}\n"},
 	{"pricing and budget", base + "pricing: {onDemandPerHour: \"3.06\", spotPerHour: \"0.918\", standbyPerHour: \"0.0111\", currency: EUR}\nbudget: {monthly: \"2500\", currency: EUR, action: CapAtMinimum}\n"},
 	{"every autoscaler", "provider: local\nminimum: 1\nmaximum: 8\n" + `autoscaling:
     minReplicas: 2
