@@ -434,7 +434,7 @@ func metricsSource(spec, family string) (metrics.Source, error) {
 	case off:
 		return nil, nil
 	case spec == "" || spec == "scrape":
-		return metrics.NewScrape(metrics.ScrapeOptions{Family: fam}), nil
+		return metrics.NewOllama(metrics.NewScrape(metrics.ScrapeOptions{Family: fam}), metrics.OllamaOptions{}), nil
 	case spec == "none":
 		return nil, nil
 	case strings.HasPrefix(spec, "prometheus="):
@@ -446,7 +446,7 @@ func metricsSource(spec, family string) (metrics.Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--metrics %q: %w", spec, err)
 		}
-		return p, nil
+		return metrics.NewOllama(p, metrics.OllamaOptions{}), nil
 	default:
 		return nil, fmt.Errorf("invalid --metrics %q: want scrape, prometheus=URL or none", spec)
 	}

@@ -397,6 +397,8 @@ func backendSignals(b gateway.BackendStatus) (string, cellStyle) {
 		return "-", stylePlain
 	case sig.Source == gateway.SignalGateway:
 		return "gateway's own", styleDim
+	case sig.Family == "ollama" && !sig.Fresh && sig.Error == "":
+		return fmt.Sprintf("gateway's own; ollama %d loaded", len(sig.Loaded)), styleDim
 	case sig.Fresh:
 		text := sig.Source
 		if sig.Family != "" {

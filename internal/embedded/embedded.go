@@ -129,7 +129,9 @@ func Run(ctx context.Context, o Options) error {
 	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond,
 		OnUsage: usage.streamUsage}
 	if !o.NoBackendMetrics {
-		scrape := metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily})
+		// Backends without /metrics that answer Ollama's /api/ps are
+		// read for their loaded models, without an error.
+		scrape := metrics.NewOllama(metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily}), metrics.OllamaOptions{})
 		defer scrape.Close()
 		gwOpts.Metrics = scrape
 	}

@@ -194,6 +194,9 @@ type Gateway struct {
 	maxEjectFor   time.Duration
 
 	metricsSrc      loadmetrics.Source // nil: none
+	// loadedSeen: some backend's metrics listed its loaded models
+	// (Ollama's /api/ps), so requests' models are read to prefer them.
+	loadedSeen atomic.Bool
 	metricsInterval time.Duration
 	metricsMaxAge   time.Duration
 	metricsTimeout  time.Duration
@@ -717,7 +720,7 @@ func (g *Gateway) Backends() []BackendStatus {
 			Concurrency:         math.Float64frombits(u.concBits.Load()),
 			Signals:             g.backendSignals(u, now),
 		}
-		if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
+		if m := u.ext.Load(); loadFresh(m, now, g.metricsMaxAge) {
 			s.MetricsFresh = true
 			s.MetricsFamily = m.Family
 			if m.Has&loadmetrics.FieldQueueDepth != 0 {

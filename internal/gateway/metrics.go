@@ -167,7 +167,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, in, u.pool, u.id)
 		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, u.pool, u.id)
 		fresh := 0.0
-		if m := u.ext.Load(); m != nil && m.Fresh(at, c.g.metricsMaxAge) {
+		if loadFresh(u.ext.Load(), at, c.g.metricsMaxAge) {
 			fresh = 1
 		}
 		ch <- prometheus.MustNewConstMetric(metricsFreshDesc, prometheus.GaugeValue, fresh, u.pool, u.id, source)

@@ -222,7 +222,7 @@ func (g *Gateway) SignalStatus() map[string]SignalState {
 	for pool, ups := range t.pools {
 		s := SignalState{Source: SignalGateway, Backends: len(ups), Err: errText}
 		for _, u := range ups {
-			if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
+			if loadFresh(u.ext.Load(), now, g.metricsMaxAge) {
 				s.Fresh++
 			}
 		}
@@ -292,6 +292,9 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 			u.extErr.Store(nil)
 		}
 		if m, ok := snap[u.id]; ok {
+			if m.Has&loadmetrics.FieldLoaded != 0 && !g.loadedSeen.Load() {
+				g.loadedSeen.Store(true)
+			}
 			u.ext.Store(&m)
 			if c, ok := concurrencyEstimate(m); ok {
 				// Kept while the backend idles (nothing running to
@@ -383,14 +386,24 @@ type BackendSignals struct {
 	// the status, in seconds.
 	ObservedAt time.Time `json:"observedAt,omitzero"`
 	Age        float64   `json:"age,omitempty"`
-	// Fresh: younger than the gateway's metrics max age, so balancing
-	// uses them.
+	// Fresh: with a queue depth younger than the gateway's metrics max
+	// age, so balancing uses them.
 	Fresh bool `json:"fresh"`
+	// Loaded are the models an Ollama backend has in memory (/api/ps), as
+	// last read within the max age.
+	Loaded []string `json:"loaded,omitempty"`
 	// Missing names the signals above that have no value (queue,
 	// running, kvCache, ttftP99, gpuUtil).
 	Missing []string `json:"missing,omitempty"`
 	// Error is why the last read had nothing for this backend.
 	Error string `json:"error,omitempty"`
+}
+
+// loadFresh reports whether m carries a queue depth (the backend's own load)
+// observed within maxAge of now. An Ollama reading (loaded models only)
+// is not one.
+func loadFresh(m *loadmetrics.BackendMetrics, now time.Time, maxAge time.Duration) bool {
+	return m != nil && m.Has&loadmetrics.FieldQueueDepth != 0 && m.Fresh(now, maxAge)
 }
 
 // backendSignals describes u's last metrics at now. Pure but for the
@@ -412,7 +425,10 @@ func (g *Gateway) backendSignals(u *Upstream, now time.Time) *BackendSignals {
 		s.ObservedAt = m.ObservedAt
 		s.Age = now.Sub(m.ObservedAt).Seconds()
 	}
-	s.Fresh = m.Fresh(now, g.metricsMaxAge)
+	s.Fresh = loadFresh(m, now, g.metricsMaxAge)
+	if m.Has&loadmetrics.FieldLoaded != 0 && m.Fresh(now, g.metricsMaxAge) {
+		s.Loaded = m.Loaded
+	}
 	for _, f := range []struct {
 		name  string
 		field loadmetrics.Field

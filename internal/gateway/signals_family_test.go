@@ -265,3 +265,51 @@ func TestPoolMetricsFamilySteersP2C(t *testing.T) {
 		t.Errorf("a family-none backend's signals %+v; want the gateway's own, no error", s)
 	}
 }
+
+// TestOllamaLoadedModelSteersRouting: two Ollama backends (no /metrics;
+// /api/ps in the shape of https://docs.ollama.com/api/ps), one with the
+// requested model loaded: the gateway reads their loaded models without
+// reporting an error, sends the model's requests to the backend that has
+// it in memory, and balances a model neither has loaded as before.
+func TestOllamaLoadedModelSteersRouting(t *testing.T) {
+	ollama := func(id, loaded string) *testBackend {
+		echo := echoHandler(id)
+		return newBackend(t, id, func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/api/ps":
+				fmt.Fprintf(w, `{"models":[{"name":%q,"model":%q,"size":6591830464,"digest":"a2af6cc3","details":{"format":"gguf","family":"qwen2"},"expires_at":"2025-10-17T16:47:07.93355-07:00","size_vram":6591830464,"context_length":4096}]}`, loaded, loaded)
+			case "/metrics":
+				http.NotFound(w, r)
+			default:
+				echo(w, r)
+			}
+		})
+	}
+	warm := ollama("warm", "qwen2:0.5b")
+	cold := ollama("cold", "llama3.2:latest")
+	src := loadmetrics.NewOllama(loadmetrics.NewScrape(loadmetrics.ScrapeOptions{}), loadmetrics.OllamaOptions{})
+	defer src.Close()
+	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+	h.g.SetBackends("p", []Backend{warm.backend("p"), cold.backend("p")})
+	poll(t, 10*time.Second, "both backends' loaded models", func() bool {
+		return len(status(t, h.g, "warm").Signals.Loaded) == 1 && len(status(t, h.g, "cold").Signals.Loaded) == 1
+	})
+	if s := h.g.SignalStatus()["p"]; s.Err != "" || s.Source != SignalGateway || s.Fresh != 0 {
+		t.Errorf("SignalStatus %+v; want the gateway's own signals and no error for Ollama", s)
+	}
+	if s := status(t, h.g, "warm").Signals; s.Family != "ollama" || s.Fresh || s.Error != "" {
+		t.Errorf("warm's signals %+v", s)
+	}
+	got := map[string]int{}
+	for range 100 {
+		got[generateVia(t, h)]++ // model qwen2:0.5b
+	}
+	if got["warm"] < 95 {
+		t.Errorf("qwen2:0.5b: %v; want at least 95 of 100 on the backend that has it loaded", got)
+	}
+	for range 10 {
+		if code, be := h.post(t); code != http.StatusOK || be == "" { // model "m"
+			t.Fatalf("a model neither has loaded: %d from %q", code, be)
+		}
+	}
+}

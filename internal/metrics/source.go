@@ -50,6 +50,8 @@ const (
 	FieldInFlight
 	FieldLatency
 	FieldErrorRate
+	// FieldLoaded: Loaded (the models an Ollama server has in memory).
+	FieldLoaded
 )
 
 // BackendMetrics is one backend's load at ObservedAt. A value counts only if
@@ -78,6 +80,9 @@ type BackendMetrics struct {
 	InFlight  float64
 	Latency   time.Duration
 	ErrorRate float64
+	// Loaded are the models the backend has loaded in memory (Ollama's
+	// /api/ps), for model-aware routing.
+	Loaded []string
 	// Has says which of the values above are known.
 	Has Field
 	// Family is the name of the server family whose metrics gave the
