@@ -193,10 +193,10 @@ type Gateway struct {
 	ejectFor      time.Duration
 	maxEjectFor   time.Duration
 
-	metricsSrc      loadmetrics.Source // nil: none
+	metricsSrc loadmetrics.Source // nil: none
 	// loadedSeen: some backend's metrics listed its loaded models
 	// (Ollama's /api/ps), so requests' models are read to prefer them.
-	loadedSeen atomic.Bool
+	loadedSeen      atomic.Bool
 	metricsInterval time.Duration
 	metricsMaxAge   time.Duration
 	metricsTimeout  time.Duration
