@@ -147,6 +147,9 @@ type Reading struct {
 type Replica struct {
 	// InFlight is the requests in flight per pool (summed over backends).
 	InFlight map[string]float64
+	// BackendInFlight is the requests in flight per backend, removed
+	// backends still serving included.
+	BackendInFlight map[string]float64
 	// Requests is the requests answered per pool (a counter).
 	Requests map[string]float64
 	// Fresh says, per pool and backend, whether the replica has fresh
@@ -201,6 +204,22 @@ func observe(pool string, rd *Reading, prev map[string]counterAt, now time.Time)
 		obs = append(obs, autoscale.Observation{Metric: "qps", Value: qps, At: now})
 	}
 	return obs, next
+}
+
+// InFlight implements registrar.InFlightReporter: the requests in flight
+// on a backend through every gateway replica, so that a draining instance
+// is let go once the gateways are done with it; -1 (unknown) while a
+// replica cannot be read or none is known.
+func (r *Reader) InFlight(id string) int {
+	rd := r.reading(context.Background())
+	if len(rd.Failed) > 0 || len(rd.Replicas) == 0 {
+		return -1
+	}
+	var n float64
+	for _, rep := range rd.Replicas {
+		n += rep.BackendInFlight[id]
+	}
+	return int(n)
 }
 
 // SignalHealth implements engine.SignalHealth: whether the gateways balance
@@ -408,7 +427,7 @@ func Parse(body []byte, format expfmt.Format) (Replica, error) {
 	if format.FormatType() == expfmt.TypeUnknown {
 		format = expfmt.NewFormat(expfmt.TypeTextPlain)
 	}
-	rep := Replica{InFlight: map[string]float64{}, Requests: map[string]float64{}, Fresh: map[string]map[string]bool{}, Source: "gateway"}
+	rep := Replica{InFlight: map[string]float64{}, BackendInFlight: map[string]float64{}, Requests: map[string]float64{}, Fresh: map[string]map[string]bool{}, Source: "gateway"}
 	dec := expfmt.NewDecoder(bytes.NewReader(body), format)
 	gateway := false
 	for {
@@ -427,6 +446,7 @@ func Parse(body []byte, format expfmt.Format) (Replica, error) {
 			for _, m := range mf.GetMetric() {
 				if v := m.GetGauge().GetValue(); v > 0 {
 					rep.InFlight[label(m, "pool")] += v
+					rep.BackendInFlight[label(m, "backend")] += v
 				}
 			}
 		case metricRequests:

@@ -253,12 +253,18 @@ func TestReaderSumsRealGatewayReplicas(t *testing.T) {
 	if len(obs) == 0 || obs[0].Metric != "concurrency" || obs[0].Value != 3 {
 		t.Fatalf("observations %+v; want concurrency 3 (2 through A, 1 through B)", obs)
 	}
+	if n := r.InFlight("i-1"); n != 3 {
+		t.Errorf("InFlight(i-1) = %d; want 3", n)
+	}
 	free()
 	wg.Wait()
 	fc.Step(2 * time.Second)
 	obs = r.Observe("ns/p", fc.Now())
 	if len(obs) != 2 || obs[0].Value != 0 || obs[1].Metric != "qps" || obs[1].Value != 1.5 {
 		t.Fatalf("after the 3 answers, 2 s later: %+v; want concurrency 0, qps 1.5", obs)
+	}
+	if n := r.InFlight("i-1"); n != 0 {
+		t.Errorf("InFlight(i-1) = %d after the answers; want 0", n)
 	}
 
 	// A replica gone: nothing observed (a partial sum would look like less
@@ -267,6 +273,9 @@ func TestReaderSumsRealGatewayReplicas(t *testing.T) {
 	fc.Step(2 * time.Second)
 	if obs := r.Observe("ns/p", fc.Now()); obs != nil {
 		t.Errorf("with a replica unreadable: %+v; want nothing", obs)
+	}
+	if n := r.InFlight("i-1"); n != -1 {
+		t.Errorf("InFlight with a replica unreadable = %d; want -1 (unknown)", n)
 	}
 	if _, _, reason, _ := r.SignalHealth("ns/p"); !strings.Contains(reason, urlB) {
 		t.Errorf("reason %q does not name the unreadable replica %s", reason, urlB)

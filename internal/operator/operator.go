@@ -120,12 +120,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	var signals joinedSignals
+	var defaultRegistrar registrar.Registrar = registrar.Nop{}
 	if len(o.GatewayMetrics) > 0 {
 		r, err := gwsignals.New(gwsignals.Options{URLs: o.GatewayMetrics, Logger: o.Logger})
 		if err != nil {
 			return fmt.Errorf("--gateway-metrics: %w", err)
 		}
 		signals = append(signals, r)
+		// The gateways follow the pools on their own; what they tell is
+		// how many requests a draining instance still has.
+		defaultRegistrar = inFlightNop{r}
 	}
 	var gpu *metrics.DCGM
 	if o.DCGMURL != "" {
@@ -140,7 +144,7 @@ func Run(ctx context.Context, o Options) error {
 	engines := tidepool.NewEngines(tidepool.EnginesOptions{
 		Signals:   engineSignals,
 		Recorder:  rec,
-		Registrar: registrar.Nop{},
+		Registrar: defaultRegistrar,
 		Registry:  crmetrics.Registry,
 		Logger:    o.Logger,
 		Factory:   Factory(o.StateDir, o.Cluster, o.Logger),

@@ -8,7 +8,16 @@ import (
 	"github.com/tidegpu/tidegpu/internal/autoscale"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/registrar"
 )
+
+// inFlightNop is the registrar of standalone gateways (nothing to push:
+// they watch the pools) that reports a backend's requests in flight
+// through them, so a drain ends when the gateways are done with it.
+type inFlightNop struct{ registrar.InFlightReporter }
+
+// Sync implements registrar.Registrar: nothing to do.
+func (inFlightNop) Sync(context.Context, string, []registrar.Target) error { return nil }
 
 // gpuSignals observes a pool's GPU utilisation for its autoscaler
 // (gpu-utilization, percent: the mean over its Ready instances of each
