@@ -58,6 +58,10 @@ type Options struct {
 	// NoBackendMetrics balances on the gateway's own measurements only,
 	// reading no /metrics.
 	NoBackendMetrics bool
+	// DCGMURL, if set, adds GPU utilisation from NVIDIA dcgm-exporter (see
+	// metrics.DCGMOptions.URL) to the backends' metrics, for
+	// gpu-utilization autoscaling.
+	DCGMURL string
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -131,9 +135,16 @@ func Run(ctx context.Context, o Options) error {
 	if !o.NoBackendMetrics {
 		// Backends without /metrics that answer Ollama's /api/ps are
 		// read for their loaded models, without an error.
-		scrape := metrics.NewOllama(metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily}), metrics.OllamaOptions{})
-		defer scrape.Close()
-		gwOpts.Metrics = scrape
+		var src metrics.Source = metrics.NewOllama(metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily}), metrics.OllamaOptions{})
+		if o.DCGMURL != "" {
+			d, err := metrics.NewDCGM(src, metrics.DCGMOptions{URL: o.DCGMURL})
+			if err != nil {
+				return fmt.Errorf("--dcgm-url: %w", err)
+			}
+			src = d
+		}
+		defer src.Close()
+		gwOpts.Metrics = src
 	}
 	gw, err := gateway.New(gwOpts)
 	if err != nil {

@@ -11,9 +11,9 @@ import (
 
 // gatewaySignals derives a pool's autoscaling signals from the embedded
 // gateway's own measurements: concurrency (requests in flight) and QPS
-// (requests started per second since the last look). Queue depth, GPU
-// utilisation and latency percentiles come from the backends' metrics, not
-// from here.
+// (requests started per second since the last look), and GPU utilisation
+// (percent, the mean over the backends read within gpuMaxAge) where the
+// gateway's metrics have it (dcgm-exporter, --dcgm-url).
 type gatewaySignals struct {
 	gw *gateway.Gateway
 
@@ -34,15 +34,28 @@ func newGatewaySignals(gw *gateway.Gateway) *gatewaySignals {
 func (s *gatewaySignals) Observe(pool string, now time.Time) []autoscale.Observation {
 	var inFlight int
 	var requests uint64
+	var gpu float64
+	nGPU := 0
 	for _, b := range s.gw.Backends() {
 		if b.Pool != pool {
 			continue
 		}
 		inFlight += b.InFlight
 		requests += b.Requests
+		if sig := b.Signals; sig != nil && sig.GPUUtil != nil && !b.Removed && sig.Age <= gpuMaxAge.Seconds() {
+			gpu += *sig.GPUUtil
+			nGPU++
+		}
 	}
-	return s.observe(pool, inFlight, requests, now)
+	obs := s.observe(pool, inFlight, requests, now)
+	if nGPU > 0 {
+		obs = append(obs, autoscale.Observation{Metric: "gpu-utilization", Value: 100 * gpu / float64(nGPU), At: now})
+	}
+	return obs
 }
+
+// gpuMaxAge is how old a backend's GPU utilisation may be to count.
+const gpuMaxAge = 5 * time.Second
 
 // observe is the pure part: it turns totals into observations.
 func (s *gatewaySignals) observe(pool string, inFlight int, requests uint64, now time.Time) []autoscale.Observation {
