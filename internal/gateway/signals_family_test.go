@@ -164,6 +164,27 @@ func TestEveryFamilySteersP2CThroughPrometheus(t *testing.T) {
 		})
 	}
 
+	t.Run("a pool's own names", func(t *testing.T) {
+		// The busy vLLM backend's queue read through names of its own
+		// (its pool's spec.serving.metrics): the same series, by name.
+		fam, _, err := loadmetrics.SpecFamily(&tidev1.ServingMetrics{Names: &tidev1.MetricNames{Queue: "vllm:num_requests_waiting", Running: "vllm:num_requests_running"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := loadmetrics.NewPrometheus(loadmetrics.PrometheusOptions{Address: prom.URL, Timeout: time.Second, Family: loadmetrics.FamilyTGI})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, Options{Metrics: src, MetricsInterval: 50 * time.Millisecond, MetricsMaxAge: 2 * time.Second})
+		busy, idle := pairs["vllm"].busy.backend("p"), pairs["tgi"].idle.backend("p")
+		busy.MetricsFamily = fam // the source reads TGI names; this pool says its own
+		h.g.SetBackends("p", []Backend{busy, idle})
+		poll(t, 20*time.Second, "both read, each with its names", func() bool {
+			s := h.g.SignalStatus()["p"]
+			return s.Fresh == 2 && s.Err == "" && status(t, h.g, "vllm-busy").QueueDepth == 5
+		})
+	})
+
 	t.Run("no series", func(t *testing.T) {
 		unscraped := familyBackend(t, "unscraped", familyExpositions["vllm"](0))
 		idle := pairs["vllm"].idle

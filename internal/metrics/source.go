@@ -32,8 +32,9 @@ type Target struct {
 	// /metrics (vLLM, the simulator).
 	Address string
 	// Family, if set, is the metric names of this backend (its pool's
-	// spec.serving.metrics), instead of the source's. The Scrape source
-	// reads it; Prometheus queries are the same for every backend.
+	// spec.serving.metrics), instead of the source's: Scrape parses its
+	// exposition with them, Prometheus runs that family's default queries
+	// for it.
 	Family Family
 }
 
