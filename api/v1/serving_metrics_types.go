@@ -21,6 +21,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.names) || !has(self.family) || self.family != 'none'",fieldPath=".names",message="names: a pool with family none reads no metrics: remove names or set a family"
 // +kubebuilder:validation:XValidation:rule="!has(self.names) || has(self.names.queue) || (has(self.family) && self.family != 'auto')",fieldPath=".names.queue",message="names.queue: required unless family names a server (auto has no names to start from): give the queue gauge's name"
+// +kubebuilder:validation:XValidation:rule="!has(self.promql) || !has(self.family) || self.family != 'none'",fieldPath=".promql",message="promql: a pool with family none reads no metrics: remove promql or set a family"
 type ServingMetrics struct {
 	// Family is the server family whose metric names the gateway reads:
 	// auto (default: detected per backend), vllm, sglang, tgi, llamacpp, or
@@ -34,6 +35,44 @@ type ServingMetrics struct {
 	// when family is auto or unset.
 	// +optional
 	Names *MetricNames `json:"names,omitempty"`
+
+	// PromQL are this pool's own queries, signal by signal, for a gateway
+	// that reads its backends through Prometheus (--metrics
+	// prometheus=URL); a query left unset keeps the one of the family's
+	// names.
+	// +optional
+	PromQL *PromQLQueries `json:"promql,omitempty"`
+}
+
+// PromQLQueries are PromQL instant queries, each a Go text/template over
+// {{.Label}} (the label naming a backend, instance by default),
+// {{.Selector}} and {{.Window}}, returning one sample per backend that
+// carries the label.
+type PromQLQueries struct {
+	// Queue: requests waiting for a batch slot.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^\\\\s*$')",message="queue: must not be blank: give the query or remove the field"
+	// +optional
+	Queue string `json:"queue,omitempty"`
+	// Running: requests in the running batch.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^\\\\s*$')",message="running: must not be blank: give the query or remove the field"
+	// +optional
+	Running string `json:"running,omitempty"`
+	// KVCache: KV-cache usage as a fraction 0..1.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^\\\\s*$')",message="kvCache: must not be blank: give the query or remove the field"
+	// +optional
+	KVCache string `json:"kvCache,omitempty"`
+	// TTFTP50 and TTFTP99: quantiles of the time to first token, seconds
+	// (both or neither).
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^\\\\s*$')",message="ttftP50: must not be blank: give the query or remove the field"
+	// +optional
+	TTFTP50 string `json:"ttftP50,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^\\\\s*$')",message="ttftP99: must not be blank: give the query or remove the field"
+	// +optional
+	TTFTP99 string `json:"ttftP99,omitempty"`
+	// GPUUtil: GPU utilisation as a fraction 0..1.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^\\\\s*$')",message="gpuUtil: must not be blank: give the query or remove the field"
+	// +optional
+	GPUUtil string `json:"gpuUtil,omitempty"`
 }
 
 // MetricNames are the metric names of each signal in a backend's /metrics.

@@ -60,9 +60,11 @@ type Backend struct {
 	Version string
 	// MetricsFamily, if set, is the metric names the backend serves (its
 	// pool's spec.serving.metrics) instead of the metrics source's;
-	// NoMetrics reads none of its metrics (Ollama).
-	MetricsFamily loadmetrics.Family
-	NoMetrics     bool
+	// NoMetrics reads none of its metrics (Ollama); MetricsQueries are its
+	// pool's own PromQL queries, for a Prometheus metrics source.
+	MetricsFamily  loadmetrics.Family
+	NoMetrics      bool
+	MetricsQueries loadmetrics.Queries
 }
 
 // Options configures a Gateway. The zero value is valid: every zero field
@@ -510,7 +512,7 @@ func (g *Gateway) SetBackends(pool string, bs []Backend) {
 		u.weight.Store(w)
 		u.draining.Store(b.Draining)
 		u.setMeta(b.Models, b.Version)
-		u.setMetricsFamily(b.MetricsFamily, b.NoMetrics)
+		u.setMetricsFamily(b.MetricsFamily, b.MetricsQueries, b.NoMetrics)
 		keep[u] = true
 		list = append(list, u)
 	}

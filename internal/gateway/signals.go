@@ -267,6 +267,9 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 		if f := u.family.Load(); f != nil {
 			tg.Family = *f
 		}
+		if q := u.queries.Load(); q != nil {
+			tg.Queries = *q
+		}
 		targets = append(targets, tg)
 	}
 	if len(targets) == 0 {

@@ -185,6 +185,26 @@ func TestEveryFamilySteersP2CThroughPrometheus(t *testing.T) {
 		})
 	})
 
+	t.Run("a pool's own queries", func(t *testing.T) {
+		// The busy vLLM backend's queue through a query of its pool's
+		// own (spec.serving.metrics.promql), doubled to tell it from the
+		// family's.
+		q := loadmetrics.SpecQueries(&tidev1.ServingMetrics{PromQL: &tidev1.PromQLQueries{
+			Queue: "sum by ({{.Label}}) (vllm:num_requests_waiting{{.Selector}}) * 2"}})
+		src, err := loadmetrics.NewPrometheus(loadmetrics.PrometheusOptions{Address: prom.URL, Timeout: time.Second, Family: loadmetrics.FamilyTGI})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, Options{Metrics: src, MetricsInterval: 50 * time.Millisecond, MetricsMaxAge: 2 * time.Second})
+		busy := pairs["vllm"].busy.backend("p")
+		busy.MetricsQueries = q
+		h.g.SetBackends("p", []Backend{busy})
+		poll(t, 20*time.Second, "busy's queue through its own query", func() bool {
+			s := h.g.SignalStatus()["p"]
+			return s.Fresh == 1 && s.Err == "" && status(t, h.g, "vllm-busy").QueueDepth == 10
+		})
+	})
+
 	t.Run("no series", func(t *testing.T) {
 		unscraped := familyBackend(t, "unscraped", familyExpositions["vllm"](0))
 		idle := pairs["vllm"].idle

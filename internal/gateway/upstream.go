@@ -63,6 +63,7 @@ type Upstream struct {
 	// family is the metric names of the backend (nil: the source's);
 	// noMetrics leaves it out of the metrics reads.
 	family    atomic.Pointer[loadmetrics.Family]
+	queries   atomic.Pointer[loadmetrics.Queries] // nil: none of its own
 	noMetrics atomic.Bool
 	// concBits is math.Float64bits of the latest concurrency estimate from
 	// the metrics (see concurrencyEstimate); 0 if none yet.
@@ -105,8 +106,13 @@ var noMeta = &backendMeta{}
 // value (and its identity) if nothing changed.
 // setMetricsFamily stores the backend's metric names (see
 // Backend.MetricsFamily).
-func (u *Upstream) setMetricsFamily(f loadmetrics.Family, off bool) {
+func (u *Upstream) setMetricsFamily(f loadmetrics.Family, q loadmetrics.Queries, off bool) {
 	u.noMetrics.Store(off)
+	if cur := u.queries.Load(); q == (loadmetrics.Queries{}) {
+		u.queries.Store(nil)
+	} else if cur == nil || *cur != q {
+		u.queries.Store(&q)
+	}
 	if f.Queue == "" {
 		u.family.Store(nil)
 		return

@@ -271,22 +271,39 @@ func (p *Prometheus) Queries() map[string]string {
 	return out
 }
 
-// familyKey identifies a family's metric names.
-func familyKey(f Family) string {
-	return fmt.Sprintf("%s|%s|%v|%g|%s|%g|%s", f.Queue, f.Running, f.KVCache, f.KVCacheScale, f.TTFT, f.TTFTScale, f.SingleRank)
+// familyKey identifies a family's metric names and a target's own queries.
+func familyKey(f Family, q Queries) string {
+	return fmt.Sprintf("%s|%s|%v|%g|%s|%g|%s|%+v", f.Queue, f.Running, f.KVCache, f.KVCacheScale, f.TTFT, f.TTFTScale, f.SingleRank, q)
 }
 
-// queriesFor returns the queries of family f (a target's own, from its
-// pool's spec): FamilyQueries(f), without the overrides of
-// PrometheusOptions.Queries, which are for the source's family.
-func (p *Prometheus) queriesFor(f Family) ([]namedQuery, error) {
-	key := familyKey(f)
+// queriesFor returns the queries of a target's own family f and queries
+// own (from its pool's spec): own's fields over FamilyQueries(f), without
+// the overrides of PrometheusOptions.Queries, which are for the source's
+// family.
+func (p *Prometheus) queriesFor(f Family, own Queries) ([]namedQuery, error) {
+	key := familyKey(f, own)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if qs, ok := p.byFamily[key]; ok {
 		return qs, nil
 	}
 	def := FamilyQueries(f)
+	for _, o := range []struct {
+		dst *string
+		v   string
+	}{
+		{&def.QueueDepth, own.QueueDepth}, {&def.Running, own.Running}, {&def.KVCacheUsage, own.KVCacheUsage},
+		{&def.GPUUtil, own.GPUUtil}, {&def.TTFTP50, own.TTFTP50}, {&def.TTFTP99, own.TTFTP99},
+	} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+	}
+	if own.QueueDepth != "" {
+		// The default ObservedAt reads the family's queue gauge, which a
+		// query of its own may not use: the evaluation's time then.
+		def.ObservedAt = DisabledQuery
+	}
 	var qs []namedQuery
 	for _, q := range []struct {
 		field Field
@@ -329,12 +346,12 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	groups := map[string][]Target{}
-	fams := map[string]Family{}
+	own := map[string]Target{}
 	for _, t := range targets {
 		key := ""
-		if t.Family.Queue != "" {
-			key = familyKey(t.Family)
-			fams[key] = t.Family
+		if t.Family.Queue != "" || t.Queries != (Queries{}) {
+			key = familyKey(t.Family, t.Queries)
+			own[key] = t
 		}
 		groups[key] = append(groups[key], t)
 	}
@@ -344,9 +361,9 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 	for key, group := range groups {
 		queries, fam := p.queries, p.family
 		if key != "" {
-			fam = fams[key]
+			fam = own[key].Family
 			var err error
-			if queries, err = p.queriesFor(fam); err != nil {
+			if queries, err = p.queriesFor(fam, own[key].Queries); err != nil {
 				errs = append(errs, err)
 				continue
 			}

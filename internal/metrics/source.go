@@ -36,6 +36,10 @@ type Target struct {
 	// exposition with them, Prometheus runs that family's default queries
 	// for it.
 	Family Family
+	// Queries, if any is set, are this backend's own PromQL queries (its
+	// pool's spec.serving.metrics.promql) over those of its Family, for
+	// the Prometheus source.
+	Queries Queries
 }
 
 // Field names one value of BackendMetrics, for BackendMetrics.Has.

@@ -6,6 +6,16 @@ import (
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 )
 
+// SpecQueries returns a pool's own PromQL queries
+// (spec.serving.metrics.promql); the zero Queries if none. Pure.
+func SpecQueries(m *tidev1.ServingMetrics) Queries {
+	if m == nil || m.PromQL == nil {
+		return Queries{}
+	}
+	q := m.PromQL
+	return Queries{QueueDepth: q.Queue, Running: q.Running, KVCacheUsage: q.KVCache, GPUUtil: q.GPUUtil, TTFTP50: q.TTFTP50, TTFTP99: q.TTFTP99}
+}
+
 // SpecFamily returns the family a pool's spec.serving.metrics names, its
 // names overriding the family's signal by signal; off is true for family
 // none (no backend metrics). A nil spec, or family auto without names, is

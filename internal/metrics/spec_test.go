@@ -47,3 +47,16 @@ func TestSpecFamily(t *testing.T) {
 		})
 	}
 }
+
+func TestSpecQueries(t *testing.T) {
+	if q := SpecQueries(nil); q != (Queries{}) {
+		t.Errorf("nil: %+v", q)
+	}
+	if q := SpecQueries(&tidev1.ServingMetrics{Family: "vllm"}); q != (Queries{}) {
+		t.Errorf("no promql: %+v", q)
+	}
+	q := SpecQueries(&tidev1.ServingMetrics{PromQL: &tidev1.PromQLQueries{Queue: "a", Running: "b", KVCache: "c", TTFTP50: "d", TTFTP99: "e", GPUUtil: "f"}})
+	if q != (Queries{QueueDepth: "a", Running: "b", KVCacheUsage: "c", TTFTP50: "d", TTFTP99: "e", GPUUtil: "f"}) {
+		t.Errorf("promql: %+v", q)
+	}
+}

@@ -24,10 +24,12 @@ package validation
 import (
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -221,6 +223,20 @@ func serving(s *tidev1.ServingSpec, path *field.Path) field.ErrorList {
 	return errs
 }
 
+// checkQueryTemplate checks that a PromQL query template renders with the
+// fields the Prometheus source gives it.
+func checkQueryTemplate(q string) error {
+	t, err := template.New("q").Option("missingkey=error").Parse(q)
+	if err != nil {
+		return fmt.Errorf("not a valid template: %v", err)
+	}
+	data := struct{ Label, Selector, Window string }{"instance", `{job="x"}`, "1m"}
+	if err := t.Execute(io.Discard, data); err != nil {
+		return fmt.Errorf("uses a field other than {{.Label}}, {{.Selector}} and {{.Window}}: %v", err)
+	}
+	return nil
+}
+
 // MetricNamePattern is a Prometheus metric name
 // (spec.serving.metrics.names.*).
 const MetricNamePattern = `^[a-zA-Z_:][a-zA-Z0-9_:]*$`
@@ -234,6 +250,26 @@ func servingMetrics(m *tidev1.ServingMetrics, path *field.Path) field.ErrorList 
 	families := []string{"auto", "vllm", "sglang", "tgi", "llamacpp", "none"}
 	if m.Family != "" && !slices.Contains(families, string(m.Family)) {
 		errs = append(errs, field.NotSupported(path.Child("family"), m.Family, families))
+	}
+	if q := m.PromQL; q != nil {
+		qp := path.Child("promql")
+		if m.Family == tidev1.MetricsFamilyNone {
+			errs = append(errs, field.Invalid(qp, "", "a pool with family none reads no metrics: remove promql or set a family"))
+		}
+		for _, f := range []struct{ name, v string }{{"queue", q.Queue}, {"running", q.Running}, {"kvCache", q.KVCache},
+			{"ttftP50", q.TTFTP50}, {"ttftP99", q.TTFTP99}, {"gpuUtil", q.GPUUtil}} {
+			if f.v == "" {
+				continue
+			}
+			if strings.TrimSpace(f.v) == "" {
+				errs = append(errs, field.Invalid(qp.Child(f.name), f.v, "must not be blank: give the query or remove the field"))
+				continue
+			}
+			// Go only: CEL cannot parse a template.
+			if err := checkQueryTemplate(f.v); err != nil {
+				errs = append(errs, field.Invalid(qp.Child(f.name), f.v, err.Error()))
+			}
+		}
 	}
 	n := m.Names
 	if n == nil {

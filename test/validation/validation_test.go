@@ -108,6 +108,10 @@ var invalidCases = []invalid{
 	both("metrics names without queue under auto", "spec.serving.metrics.names.queue", base+"serving: {metrics: {names: {running: r}}}\n"),
 	both("metrics name not a metric name", "spec.serving.metrics.names.running", base+"serving: {metrics: {family: vllm, names: {running: \"running requests\"}}}\n"),
 	both("metrics kvCacheUnit unknown", "spec.serving.metrics.names.kvCacheUnit", base+"serving: {metrics: {family: vllm, names: {kvCacheUnit: Ratio}}}\n"),
+	both("promql with family none", "spec.serving.metrics.promql", base+"serving: {metrics: {family: none, promql: {queue: q}}}\n"),
+	both("promql blank", "spec.serving.metrics.promql.queue", base+"serving: {metrics: {promql: {queue: \"  \"}}}\n"),
+	upOnly("promql a broken template", "spec.serving.metrics.promql.running", base+"serving: {metrics: {promql: {running: \"sum by ({{.Label) (x)\"}}}\n", "CEL cannot parse a Go template"),
+	upOnly("promql an unknown template field", "spec.serving.metrics.promql.queue", base+"serving: {metrics: {promql: {queue: \"sum by ({{.Pod}}) (x)\"}}}\n", "CEL cannot render a Go template"),
 	both("drainSeconds above 3600", "spec.drainSeconds", base+"drainSeconds: 4000\n"),
 	both("env without =", "spec.local.env[0]", base+"local: {env: [novalue]}\n"),
 	both("blank program", "spec.local.command", base+"local: {command: [\" \", serve]}\n"),
@@ -228,6 +232,7 @@ var validCases = []struct{ name, spec string }{
 	{"serving metrics: names of its own", base + "serving: {metrics: {names: {queue: my_queue, running: my_running, kvCache: my_kv_percent, kvCacheUnit: Percent, ttft: my_ttft_seconds}}}\n"},
 	{"serving metrics: a family with one name renamed", base + "serving: {metrics: {family: vllm, names: {kvCache: \"vllm:gpu_cache_usage_perc\"}}}\n"},
 	{"serving metrics: none", base + "serving: {metrics: {family: none}}\n"},
+	{"serving metrics: queries of its own", base + "serving: {metrics: {family: vllm, promql: {queue: \"sum by ({{.Label}}) (my_waiting{{.Selector}})\", ttftP99: \"histogram_quantile(0.99, sum by ({{.Label}}, le) (rate(my_ttft_bucket[{{.Window}}])))\"}}}\n"},
 	{"pricing and budget", base + "pricing: {onDemandPerHour: \"3.06\", spotPerHour: \"0.918\", standbyPerHour: \"0.0111\", currency: EUR}\nbudget: {monthly: \"2500\", currency: EUR, action: CapAtMinimum}\n"},
 	{"every autoscaler", "provider: local\nminimum: 1\nmaximum: 8\n" + `autoscaling:
     minReplicas: 2

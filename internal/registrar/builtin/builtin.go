@@ -35,7 +35,7 @@ func (r *Registrar) Sync(_ context.Context, pool string, targets []registrar.Tar
 		if err != nil {
 			return fmt.Errorf("pool %s: %w", pool, err)
 		}
-		b.MetricsFamily, b.NoMetrics = fam, off
+		b.MetricsFamily, b.NoMetrics, b.MetricsQueries = fam, off, metrics.SpecQueries(t.Metrics)
 		bs = append(bs, b)
 	}
 	r.gw.SetBackends(pool, bs)
