@@ -170,6 +170,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if loadFresh(u.ext.Load(), at, c.g.metricsMaxAge) {
 			fresh = 1
 		}
-		ch <- prometheus.MustNewConstMetric(metricsFreshDesc, prometheus.GaugeValue, fresh, u.pool, u.id, source)
+		src := source
+		if u.noMetrics.Load() {
+			src = SignalGateway // its pool reads none of its metrics
+		}
+		ch <- prometheus.MustNewConstMetric(metricsFreshDesc, prometheus.GaugeValue, fresh, u.pool, u.id, src)
 	}
 }
