@@ -418,6 +418,11 @@ type ServingSpec struct {
 	// UsePrivateIP registers instances by private instead of public address.
 	// +optional
 	UsePrivateIP bool `json:"usePrivateIP,omitempty"`
+
+	// Metrics says which metrics the backends serve, for the gateway's
+	// balancing signals (default: detected).
+	// +optional
+	Metrics *ServingMetrics `json:"metrics,omitempty"`
 }
 
 // LocalSpec configures the local provider.

@@ -40,6 +40,7 @@ type gatewayOptions struct {
 	backends   []string
 	metrics    string
 	family     string
+	dcgmURL    string
 	kubeconfig string
 	// activatorQueue and activatorWait bound the requests held for a pool
 	// at zero while it wakes.
@@ -113,6 +114,7 @@ every admin path but /healthz requires "Authorization: Bearer TOKEN"; an
 	f.StringArrayVar(&o.backends, "backend", nil, "backend base URL http://host:port; repeat for several (required)")
 	f.StringVar(&o.metrics, "metrics", "scrape", "backend signals for balancing: scrape (each backend's /metrics), prometheus=URL (PromQL), or none (the gateway's own measurements)")
 	f.StringVar(&o.family, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
+	f.StringVar(&o.dcgmURL, "dcgm-url", "", dcgmURLUsage)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
 	addActivatorFlags(f, &o.activatorQueue, &o.activatorWait)
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
@@ -294,6 +296,9 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if err != nil {
 		return err
 	}
+	if msrc, err = withDCGM(msrc, o.dcgmURL); err != nil {
+		return err
+	}
 	if msrc != nil {
 		defer msrc.Close()
 	}
@@ -432,6 +437,24 @@ func kubeSource(kubeconfig, namespace string) backendSource {
 	}
 }
 
+// dcgmURLUsage is the help of --dcgm-url (gateway and operator).
+const dcgmURLUsage = "NVIDIA dcgm-exporter metrics URL for GPU utilisation (DCGM_FI_DEV_GPU_UTIL, averaged over an instance's GPUs), a template over {{.IP}}, {{.ID}} and {{.Port}} of each backend, e.g. http://{{.IP}}:9400/metrics; a URL without fields is one exporter whose series are matched by their pod or Hostname label; empty: none"
+
+// withDCGM adds dcgm-exporter's GPU utilisation (--dcgm-url) to src.
+func withDCGM(src metrics.Source, dcgmURL string) (metrics.Source, error) {
+	if dcgmURL == "" {
+		return src, nil
+	}
+	if src == nil {
+		return nil, fmt.Errorf("--dcgm-url needs backend metrics: set --metrics scrape or prometheus=URL (and --metrics-family other than none)")
+	}
+	d, err := metrics.NewDCGM(src, metrics.DCGMOptions{URL: dcgmURL})
+	if err != nil {
+		return nil, fmt.Errorf("--dcgm-url: %w", err)
+	}
+	return d, nil
+}
+
 // metricsSource builds the balancing signal source --metrics names, reading
 // --metrics-family's metric names; nil means the gateway's own measurements
 // only.
@@ -444,7 +467,7 @@ func metricsSource(spec, family string) (metrics.Source, error) {
 	case off:
 		return nil, nil
 	case spec == "" || spec == "scrape":
-		return metrics.NewScrape(metrics.ScrapeOptions{Family: fam}), nil
+		return metrics.NewOllama(metrics.NewScrape(metrics.ScrapeOptions{Family: fam}), metrics.OllamaOptions{}), nil
 	case spec == "none":
 		return nil, nil
 	case strings.HasPrefix(spec, "prometheus="):
@@ -456,7 +479,7 @@ func metricsSource(spec, family string) (metrics.Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--metrics %q: %w", spec, err)
 		}
-		return p, nil
+		return metrics.NewOllama(p, metrics.OllamaOptions{}), nil
 	default:
 		return nil, fmt.Errorf("invalid --metrics %q: want scrape, prometheus=URL or none", spec)
 	}

@@ -214,6 +214,27 @@ func TestGatewayMetricsFlag(t *testing.T) {
 			t.Errorf("--metrics %s: error %v, want one mentioning %q", tc.value, err, tc.wantErr)
 		}
 	}
+	for _, tc := range []struct{ metrics, dcgm, wantErr string }{
+		{"scrape", "http://{{.IP}}:9400/metrics", ""},
+		{"prometheus=http://127.0.0.1:9090", "http://dcgm.monitoring:9400/metrics", ""},
+		{"none", "http://{{.IP}}:9400/metrics", "--dcgm-url needs backend metrics"},
+		{"scrape", "http://{{.Node}}:9400/metrics", "--dcgm-url"},
+		{"scrape", "{{.IP}}:9400", "want an http(s) URL"},
+	} {
+		cmd := cli.NewGatewayCommand()
+		cmd.SetArgs([]string{"--backend", "http://127.0.0.1:1", "--metrics", tc.metrics, "--dcgm-url", tc.dcgm, "--addr", "127.0.0.1:0", "--admin-addr", ""})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err := cmd.ExecuteContext(ctx)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("--dcgm-url %s: %v", tc.dcgm, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("--metrics %s --dcgm-url %s: error %v, want one mentioning %q", tc.metrics, tc.dcgm, err, tc.wantErr)
+		}
+	}
 	for _, fam := range []string{"auto", "vllm", "sglang", "tgi", "llamacpp", "none", "SGLang"} {
 		for _, m := range []string{"scrape", "prometheus=http://127.0.0.1:9090"} {
 			cmd := cli.NewGatewayCommand()

@@ -18,9 +18,10 @@ import (
 // NewOperatorCommand returns `tidegpu operator`.
 func NewOperatorCommand() *cobra.Command {
 	var (
-		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS string
-		noticeAddr, noticeCert, noticeKey, noticeURL, awsQueue                                         string
-		leaderElect, insecureAdmin                                                                     bool
+		kubeconfig, metricsAddr, probeAddr, adminAddr, stateDir, leaderNS, logLevel, cluster, ledgerNS, dcgmURL string
+		noticeAddr, noticeCert, noticeKey, noticeURL, awsQueue                                                  string
+		leaderElect, insecureAdmin                                                                              bool
+		gatewayMetrics                                                                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -53,6 +54,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 				AdminToken: token, InsecureAdmin: insecureAdmin, LeaderElection: leaderElect,
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
 				NoticeAddr: noticeAddr, NoticeTLSCert: noticeCert, NoticeTLSKey: noticeKey, NoticeURL: noticeURL, AWSInterruptionQueue: awsQueue,
+				GatewayMetrics: gatewayMetrics, DCGMURL: dcgmURL,
 			})
 		},
 	}
@@ -72,6 +74,8 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")
 	f.StringVar(&cluster, "cluster-name", "default", "names this installation in cloud ownership tags; two installations sharing an account need different names")
 	f.StringVar(&ledgerNS, "ledger-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap tidegpu-cost-ledger that keeps spend across restarts (default $POD_NAMESPACE; empty: memory only)")
+	f.StringSliceVar(&gatewayMetrics, "gateway-metrics", nil, "metrics URLs of the standalone gateway replicas (tidegpu gateway --admin-addr, path /metrics), read for the pools' autoscalers (concurrency, qps); a headless Service's name reaches every replica, e.g. http://tidegpu-gateway-metrics.tidegpu-system.svc:9091/metrics; repeat or comma-separate")
+	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for AIBalancers and the pools' gpu-utilization autoscaling)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

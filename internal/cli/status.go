@@ -306,8 +306,13 @@ func writeStatus(w io.Writer, s statusSnapshot, now time.Time, colour bool) {
 			fmt.Fprintln(w, "  no backends on this gateway")
 		default:
 			rows = rows[:0]
+			var missing []string
 			for _, b := range s.Backends {
 				h, st := backendHealth(b)
+				sig, sigStyle := backendSignals(b)
+				if b.Signals != nil && !b.Signals.Fresh && b.Signals.Error != "" {
+					missing = append(missing, fmt.Sprintf("  %s: %s", b.ID, truncate(b.Signals.Error, 160)))
+				}
 				ewma := "-"
 				if b.EWMALatency > 0 {
 					ewma = fmt.Sprintf("%.1fms", float64(b.EWMALatency)/float64(time.Millisecond))
@@ -317,9 +322,15 @@ func writeStatus(w io.Writer, s statusSnapshot, now time.Time, colour bool) {
 					fail.style = styleYellow
 				}
 				rows = append(rows, []tableCell{cellText(b.Pool), cellText(b.ID), cellText(b.Address), styled(h, st), cellInt(b.Weight), cellInt(b.InFlight),
-					cellInt(int(b.Requests)), fail, cellText(ewma)})
+					cellInt(int(b.Requests)), fail, cellText(ewma), styled(sig, sigStyle)})
 			}
-			writeTable(w, []string{"POOL", "BACKEND", "ADDRESS", "HEALTH", "WEIGHT", "IN-FLIGHT", "REQUESTS", "FAILURES", "EWMA"}, rows, colour)
+			writeTable(w, []string{"POOL", "BACKEND", "ADDRESS", "HEALTH", "WEIGHT", "IN-FLIGHT", "REQUESTS", "FAILURES", "EWMA", "SIGNALS"}, rows, colour)
+			if len(missing) > 0 {
+				fmt.Fprintln(w, "missing signals (balanced on the gateway's own measurements):")
+				for _, m := range missing {
+					fmt.Fprintln(w, m)
+				}
+			}
 		}
 	}
 
@@ -375,6 +386,31 @@ func backendHealth(b gateway.BackendStatus) (string, cellStyle) {
 		return "unhealthy", styleRed
 	}
 	return "healthy", styleGreen
+}
+
+// backendSignals is the SIGNALS cell of a backend: where its own metrics
+// come from and how old they are, or that they are missing.
+func backendSignals(b gateway.BackendStatus) (string, cellStyle) {
+	sig := b.Signals
+	switch {
+	case sig == nil:
+		return "-", stylePlain
+	case sig.Source == gateway.SignalGateway:
+		return "gateway's own", styleDim
+	case sig.Family == "ollama" && !sig.Fresh && sig.Error == "":
+		return fmt.Sprintf("gateway's own; ollama %d loaded", len(sig.Loaded)), styleDim
+	case sig.Fresh:
+		text := sig.Source
+		if sig.Family != "" {
+			text += "/" + sig.Family
+		}
+		return text + " " + shortDuration(time.Duration(sig.Age*float64(time.Second))), stylePlain
+	case sig.Error != "":
+		return "MISSING", styleYellow
+	case sig.ObservedAt.IsZero():
+		return "not read yet", styleDim
+	}
+	return "stale " + shortDuration(time.Duration(sig.Age*float64(time.Second))), styleYellow
 }
 
 func truncate(s string, n int) string {

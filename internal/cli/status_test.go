@@ -38,8 +38,12 @@ func sampleSnapshot() statusSnapshot {
 				}},
 		}},
 		Backends: []gateway.BackendStatus{
-			{ID: "lp-a", Pool: "default", Address: "127.0.0.1:40001", Weight: 100, Healthy: true, InFlight: 3, Requests: 1200, Failures: 2, EWMALatency: 41500 * time.Microsecond},
-			{ID: "lp-z", Pool: "default", Address: "127.0.0.1:40009", Weight: 100, Draining: true, Healthy: true, InFlight: 1, Requests: 7},
+			{ID: "lp-a", Pool: "default", Address: "127.0.0.1:40001", Weight: 100, Healthy: true, InFlight: 3, Requests: 1200, Failures: 2, EWMALatency: 41500 * time.Microsecond,
+				Signals: &gateway.BackendSignals{Source: "scrape", Family: "vllm", Fresh: true, Age: 2.4, ObservedAt: at(0)}},
+			{ID: "ol-1", Pool: "default", Address: "127.0.0.1:11434", Weight: 100, Healthy: true,
+				Signals: &gateway.BackendSignals{Source: "scrape", Family: "ollama", Loaded: []string{"qwen2:0.5b"}, Age: 1, ObservedAt: at(1)}},
+			{ID: "lp-z", Pool: "default", Address: "127.0.0.1:40009", Weight: 100, Draining: true, Healthy: true, InFlight: 1, Requests: 7,
+				Signals: &gateway.BackendSignals{Source: "scrape", Error: "scraping lp-z (127.0.0.1:40009): status 404 Not Found"}},
 		},
 		Events: []events.Event{
 			{Seq: 7, Time: at(9), Type: "Warning", Reason: "ReclaimNotice", Pool: "default", Instance: "lp-z", Message: "lp-z will be reclaimed at now:\n draining"},
@@ -65,9 +69,12 @@ default  lp-a      Ready     127.0.0.1:40001  local  spot    2m5s
 default  lp-b      Starting  -                local  spot    3s
 
 BACKENDS
-POOL     BACKEND  ADDRESS          HEALTH    WEIGHT  IN-FLIGHT  REQUESTS  FAILURES  EWMA
-default  lp-a     127.0.0.1:40001  healthy   100     3          1200      2         41.5ms
-default  lp-z     127.0.0.1:40009  draining  100     1          7         0         -
+POOL     BACKEND  ADDRESS          HEALTH    WEIGHT  IN-FLIGHT  REQUESTS  FAILURES  EWMA    SIGNALS
+default  lp-a     127.0.0.1:40001  healthy   100     3          1200      2         41.5ms  scrape/vllm 2s
+default  ol-1     127.0.0.1:11434  healthy   100     0          0         0         -       gateway's own; ollama 1 loaded
+default  lp-z     127.0.0.1:40009  draining  100     1          7         0         -       MISSING
+missing signals (balanced on the gateway's own measurements):
+  lp-z: scraping lp-z (127.0.0.1:40009): status 404 Not Found
 
 RECENT EVENTS
 AGE     REASON         OBJECT  MESSAGE

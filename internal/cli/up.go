@@ -24,7 +24,7 @@ import (
 func NewUpCommand() *cobra.Command {
 	var (
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
-		metricsFamily                                            string
+		metricsFamily, dcgmURL                                   string
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
 		activatorQueue                                           int
 		activatorWait                                            time.Duration
@@ -65,6 +65,14 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			if dcgmURL != "" {
+				if noMetrics {
+					return fmt.Errorf("--dcgm-url needs backend metrics: drop --metrics-family none")
+				}
+				if _, err := metrics.NewDCGM(nil, metrics.DCGMOptions{URL: dcgmURL}); err != nil {
+					return fmt.Errorf("--dcgm-url: %w", err)
+				}
+			}
 			kongSecrets, err := readKongFiles(kongTokenFile, kongCAFile, kongCertFile, kongKeyFile)
 			if err != nil {
 				return err
@@ -80,7 +88,7 @@ cluster takes. Bad input is refused before anything starts.`,
 			return embedded.Run(ctx, embedded.Options{
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
 				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
-				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait,
+				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait, DCGMURL: dcgmURL,
 			})
 		},
 	}
@@ -94,6 +102,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	addActivatorFlags(f, &activatorQueue, &activatorWait)
+	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for gpu-utilization autoscaling)")
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

@@ -90,7 +90,7 @@ type Ledger struct {
 	retired    map[poolCur]*retiredVal
 	retiredIDs map[string]int64 // compacted instance IDs -> end (unix ns)
 	zero       map[string][]zeroStretch
-	restoredAt int64            // events before this are in the restored snapshot
+	restoredAt int64 // events before this are in the restored snapshot
 }
 
 // NewLedger returns an empty ledger.

@@ -66,6 +66,10 @@ type Options struct {
 	// for a pool at zero while it wakes (0: the gateway's defaults).
 	ActivatorQueue int
 	ActivatorWait  time.Duration
+	// DCGMURL, if set, adds GPU utilisation from NVIDIA dcgm-exporter (see
+	// metrics.DCGMOptions.URL) to the backends' metrics, for
+	// gpu-utilization autoscaling.
+	DCGMURL string
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -138,9 +142,18 @@ func Run(ctx context.Context, o Options) error {
 	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond,
 		OnUsage: usage.streamUsage, Waker: waker, ActivatorQueue: o.ActivatorQueue, ActivatorWait: o.ActivatorWait}
 	if !o.NoBackendMetrics {
-		scrape := metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily})
-		defer scrape.Close()
-		gwOpts.Metrics = scrape
+		// Backends without /metrics that answer Ollama's /api/ps are
+		// read for their loaded models, without an error.
+		var src metrics.Source = metrics.NewOllama(metrics.NewScrape(metrics.ScrapeOptions{Family: o.MetricsFamily}), metrics.OllamaOptions{})
+		if o.DCGMURL != "" {
+			d, err := metrics.NewDCGM(src, metrics.DCGMOptions{URL: o.DCGMURL})
+			if err != nil {
+				return fmt.Errorf("--dcgm-url: %w", err)
+			}
+			src = d
+		}
+		defer src.Close()
+		gwOpts.Metrics = src
 	}
 	gw, err := gateway.New(gwOpts)
 	if err != nil {

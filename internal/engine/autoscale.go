@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,13 @@ type SignalHealth interface {
 	SignalHealth(pool string) (source string, fallback bool, reason string, ok bool)
 }
 
+// SignalGaps is implemented by signal sources that can name the backends
+// of a pool whose own metrics cannot be read now (balanced on the
+// gateway's own measurements while the others are not).
+type SignalGaps interface {
+	SignalGaps(pool string) []string
+}
+
 // ConditionBalancingSignals says whether the gateway balances the pool on
 // the backends' own metrics or has fallen back to its own measurements.
 const ConditionBalancingSignals = "BalancingSignals"
@@ -47,6 +55,13 @@ func (p *Pool) noteSignals() {
 		p.setCondition(ConditionBalancingSignals, metav1.ConditionFalse, "GatewayFallback",
 			"balancing on the gateway's own measurements (in-flight, latency, errors): "+reason)
 		return
+	}
+	if g, ok := p.deps.signals.(SignalGaps); ok {
+		if gaps := g.SignalGaps(p.name); len(gaps) > 0 {
+			p.setCondition(ConditionBalancingSignals, metav1.ConditionFalse, "MissingBackendMetrics",
+				"no fresh metrics for "+strings.Join(gaps, ", ")+" (balanced on the gateway's own measurements); the others from "+source+": "+reason)
+			return
+		}
 	}
 	p.setCondition(ConditionBalancingSignals, metav1.ConditionTrue, "BackendMetrics", "balancing on backend metrics from "+source+": "+reason)
 }

@@ -419,6 +419,7 @@ func (d *decision) settle() {
 	for i := range d.Targets {
 		d.Targets[i].Weight = int(d.s.Weights[d.Targets[i].ID])
 		d.Targets[i].Models = d.s.Spec.Serving.Models
+		d.Targets[i].Metrics = d.s.Spec.Serving.Metrics
 	}
 	for i := range d.Launches {
 		if i < len(d.s.Lost) {

@@ -58,6 +58,13 @@ type Backend struct {
 	// Version is the version of the model(s) the backend serves, for a
 	// version split (SetVersionSplit); "" if none.
 	Version string
+	// MetricsFamily, if set, is the metric names the backend serves (its
+	// pool's spec.serving.metrics) instead of the metrics source's;
+	// NoMetrics reads none of its metrics (Ollama); MetricsQueries are its
+	// pool's own PromQL queries, for a Prometheus metrics source.
+	MetricsFamily  loadmetrics.Family
+	NoMetrics      bool
+	MetricsQueries loadmetrics.Queries
 }
 
 // Options configures a Gateway. The zero value is valid: every zero field
@@ -204,7 +211,10 @@ type Gateway struct {
 	ejectFor      time.Duration
 	maxEjectFor   time.Duration
 
-	metricsSrc      loadmetrics.Source // nil: none
+	metricsSrc loadmetrics.Source // nil: none
+	// loadedSeen: some backend's metrics listed its loaded models
+	// (Ollama's /api/ps), so requests' models are read to prefer them.
+	loadedSeen      atomic.Bool
 	metricsInterval time.Duration
 	metricsMaxAge   time.Duration
 	metricsTimeout  time.Duration
@@ -546,6 +556,7 @@ func (g *Gateway) SetBackends(pool string, bs []Backend) {
 		u.weight.Store(w)
 		u.draining.Store(b.Draining)
 		u.setMeta(b.Models, b.Version)
+		u.setMetricsFamily(b.MetricsFamily, b.MetricsQueries, b.NoMetrics)
 		keep[u] = true
 		list = append(list, u)
 	}
@@ -715,6 +726,9 @@ type BackendStatus struct {
 	// Concurrency: the requests the backend runs at once before queueing,
 	// as estimated from its metrics; 0 if unknown.
 	Concurrency float64 `json:"concurrency,omitempty"`
+	// Signals are the backend's own metrics as last read, with their
+	// source and age, and what is missing.
+	Signals *BackendSignals `json:"signals"`
 }
 
 // Backends returns the state of every backend, published or still draining
@@ -750,8 +764,9 @@ func (g *Gateway) Backends() []BackendStatus {
 			PeakLatency:         u.PeakLatency(now, g.latencyDecay),
 			ErrorRate:           u.ErrorRate(),
 			Concurrency:         math.Float64frombits(u.concBits.Load()),
+			Signals:             g.backendSignals(u, now),
 		}
-		if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
+		if m := u.ext.Load(); loadFresh(m, now, g.metricsMaxAge) {
 			s.MetricsFresh = true
 			s.MetricsFamily = m.Family
 			if m.Has&loadmetrics.FieldQueueDepth != 0 {

@@ -849,6 +849,7 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`tidegpu_gateway_backend_in_flight{backend="a",pool="p"} 0`,
 		`tidegpu_gateway_backend_healthy{backend="a",pool="p"} 1`,
+		`tidegpu_gateway_backend_metrics_fresh{backend="a",pool="p",source="gateway"} 0`,
 		`tidegpu_gateway_request_duration_seconds_count 4`,
 	} {
 		if !strings.Contains(text, want) {

@@ -145,6 +145,9 @@ var (
 	heldDesc = prometheus.NewDesc("tidegpu_gateway_activator_held",
 		"Requests the activator holds for a pool with no ready instance, waiting for one to start.",
 		[]string{"pool"}, nil)
+	metricsFreshDesc = prometheus.NewDesc("tidegpu_gateway_backend_metrics_fresh",
+		"1 if the backend's own metrics (queue depth and the rest) were read from the metrics source (label source) within the max age, else 0: the gateway balances it on its own measurements. source is \"gateway\" when no metrics source is set.",
+		[]string{"pool", "backend", "source"}, nil)
 )
 
 // stateCollector reports the per-backend gauges from the gateway's live
@@ -155,10 +158,16 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inFlightDesc
 	ch <- healthyDesc
 	ch <- heldDesc
+	ch <- metricsFreshDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	now := c.g.clock.Now().UnixNano()
+	at := c.g.clock.Now()
+	now := at.UnixNano()
+	source := SignalGateway
+	if c.g.metricsSrc != nil {
+		source = c.g.metricsSrc.Name()
+	}
 	seen := make(map[[2]string]bool)
 	for _, u := range c.g.upstreams() {
 		key := [2]string{u.pool, u.id}
@@ -173,6 +182,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, in, u.pool, u.id)
 		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, u.pool, u.id)
+		fresh := 0.0
+		if loadFresh(u.ext.Load(), at, c.g.metricsMaxAge) {
+			fresh = 1
+		}
+		src := source
+		if u.noMetrics.Load() {
+			src = SignalGateway // its pool reads none of its metrics
+		}
+		ch <- prometheus.MustNewConstMetric(metricsFreshDesc, prometheus.GaugeValue, fresh, u.pool, u.id, src)
 	}
 	c.g.act.mu.Lock()
 	for pool, n := range c.g.act.held {

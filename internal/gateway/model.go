@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 )
 
 // Model-aware routing.
@@ -137,6 +139,36 @@ func (g *Gateway) applySplit(cands []*Upstream, model string) []*Upstream {
 		return cands
 	}
 	return slices.DeleteFunc(cands, func(u *Upstream) bool { return u.meta.Load().version != v })
+}
+
+// preferLoaded narrows cands, in place, to those that have model loaded in
+// memory per their fresh metrics (Ollama's /api/ps), if any has: a model
+// loaded answers at once, one not loaded waits for the load. If none is
+// known to have it, cands are returned as they are.
+func (g *Gateway) preferLoaded(cands []*Upstream, model string) []*Upstream {
+	now := g.clock.Now()
+	has := func(u *Upstream) bool {
+		m := u.ext.Load()
+		if m == nil || m.Has&loadmetrics.FieldLoaded == 0 || !m.Fresh(now, g.metricsMaxAge) {
+			return false
+		}
+		for _, l := range m.Loaded {
+			if sameModel(l, model) {
+				return true
+			}
+		}
+		return false
+	}
+	if !slices.ContainsFunc(cands, has) {
+		return cands
+	}
+	out := cands[:0]
+	for _, u := range cands {
+		if has(u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // sameModel reports whether two model names name the same model: equal, or

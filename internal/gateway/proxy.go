@@ -125,7 +125,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	e.tried = e.triedBuf[:0]
-	if g.table.Load().modelAware || g.splits.Load() != nil {
+	if g.table.Load().modelAware || g.splits.Load() != nil || g.loadedSeen.Load() {
 		e.model, e.hasModel = requestModel(body)
 	}
 	e.serve()
@@ -347,6 +347,9 @@ func (e *exchange) pick() *Upstream {
 			}
 		}
 		cands = g.applySplit(cands, e.model)
+		if e.hasModel {
+			cands = g.preferLoaded(cands, e.model)
+		}
 		if len(cands) == 0 {
 			return nil
 		}

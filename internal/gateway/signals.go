@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -221,7 +222,7 @@ func (g *Gateway) SignalStatus() map[string]SignalState {
 	for pool, ups := range t.pools {
 		s := SignalState{Source: SignalGateway, Backends: len(ups), Err: errText}
 		for _, u := range ups {
-			if m := u.ext.Load(); m != nil && m.Fresh(now, g.metricsMaxAge) {
+			if loadFresh(u.ext.Load(), now, g.metricsMaxAge) {
 				s.Fresh++
 			}
 		}
@@ -257,9 +258,22 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 	if len(t.all) == 0 {
 		return
 	}
-	targets := make([]loadmetrics.Target, len(t.all))
-	for i, u := range t.all {
-		targets[i] = loadmetrics.Target{ID: u.id, Address: u.address}
+	targets := make([]loadmetrics.Target, 0, len(t.all))
+	for _, u := range t.all {
+		if u.noMetrics.Load() {
+			continue
+		}
+		tg := loadmetrics.Target{ID: u.id, Address: u.address}
+		if f := u.family.Load(); f != nil {
+			tg.Family = *f
+		}
+		if q := u.queries.Load(); q != nil {
+			tg.Queries = *q
+		}
+		targets = append(targets, tg)
+	}
+	if len(targets) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.metricsTimeout)
 	snap, err := g.metricsSrc.Snapshot(ctx, targets)
@@ -267,8 +281,23 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 	if g.ctx.Err() != nil {
 		return // closing: the error is ours
 	}
+	var te *loadmetrics.TargetError
+	perTarget := errors.As(err, &te)
 	for _, u := range t.all {
+		switch {
+		case perTarget && te.Failed[u.id] != nil:
+			msg := te.Failed[u.id].Error()
+			u.extErr.Store(&msg)
+		case err != nil && !perTarget && snap[u.id].Has == 0:
+			msg := err.Error()
+			u.extErr.Store(&msg)
+		default:
+			u.extErr.Store(nil)
+		}
 		if m, ok := snap[u.id]; ok {
+			if m.Has&loadmetrics.FieldLoaded != 0 && !g.loadedSeen.Load() {
+				g.loadedSeen.Store(true)
+			}
 			u.ext.Store(&m)
 			if c, ok := concurrencyEstimate(m); ok {
 				// Kept while the backend idles (nothing running to
@@ -335,4 +364,92 @@ func (s localSource) Snapshot(ctx context.Context, targets []loadmetrics.Target)
 		out[tg.ID] = m
 	}
 	return out, nil
+}
+
+// BackendSignals are the signals of one backend's own metrics as the
+// gateway last read them (GET /api/v1/backends, tidegpu status). A value
+// is nil when it was not read: the server does not publish it, or its
+// metrics could not be read (Error says why).
+type BackendSignals struct {
+	// Source is the metrics source ("scrape", "prometheus"), or "gateway"
+	// when the gateway has none (the backend is balanced on the gateway's
+	// own measurements).
+	Source string `json:"source"`
+	// Family is the server family whose metric names were read.
+	Family string `json:"family,omitempty"`
+	// Queue, Running: requests waiting and running; KVCache and GPUUtil
+	// fractions 0..1; TTFTP99 the 99th percentile of the time to first
+	// token, in seconds.
+	Queue   *float64 `json:"queue,omitempty"`
+	Running *float64 `json:"running,omitempty"`
+	KVCache *float64 `json:"kvCache,omitempty"`
+	TTFTP99 *float64 `json:"ttftP99,omitempty"`
+	GPUUtil *float64 `json:"gpuUtil,omitempty"`
+	// ObservedAt is when the values were measured; Age how long before
+	// the status, in seconds.
+	ObservedAt time.Time `json:"observedAt,omitzero"`
+	Age        float64   `json:"age,omitempty"`
+	// Fresh: with a queue depth younger than the gateway's metrics max
+	// age, so balancing uses them.
+	Fresh bool `json:"fresh"`
+	// Loaded are the models an Ollama backend has in memory (/api/ps), as
+	// last read within the max age.
+	Loaded []string `json:"loaded,omitempty"`
+	// Missing names the signals above that have no value (queue,
+	// running, kvCache, ttftP99, gpuUtil).
+	Missing []string `json:"missing,omitempty"`
+	// Error is why the last read had nothing for this backend.
+	Error string `json:"error,omitempty"`
+}
+
+// loadFresh reports whether m carries a queue depth (the backend's own load)
+// observed within maxAge of now. An Ollama reading (loaded models only)
+// is not one.
+func loadFresh(m *loadmetrics.BackendMetrics, now time.Time, maxAge time.Duration) bool {
+	return m != nil && m.Has&loadmetrics.FieldQueueDepth != 0 && m.Fresh(now, maxAge)
+}
+
+// backendSignals describes u's last metrics at now. Pure but for the
+// atomic loads.
+func (g *Gateway) backendSignals(u *Upstream, now time.Time) *BackendSignals {
+	s := &BackendSignals{Source: SignalGateway}
+	if g.metricsSrc != nil && !u.noMetrics.Load() {
+		s.Source = g.metricsSrc.Name()
+	}
+	if p := u.extErr.Load(); p != nil {
+		s.Error = *p
+	}
+	m := u.ext.Load()
+	if m == nil {
+		m = &loadmetrics.BackendMetrics{}
+	}
+	s.Family = m.Family
+	if !m.ObservedAt.IsZero() {
+		s.ObservedAt = m.ObservedAt
+		s.Age = now.Sub(m.ObservedAt).Seconds()
+	}
+	s.Fresh = loadFresh(m, now, g.metricsMaxAge)
+	if m.Has&loadmetrics.FieldLoaded != 0 && m.Fresh(now, g.metricsMaxAge) {
+		s.Loaded = m.Loaded
+	}
+	for _, f := range []struct {
+		name  string
+		field loadmetrics.Field
+		v     float64
+		dst   **float64
+	}{
+		{"queue", loadmetrics.FieldQueueDepth, m.QueueDepth, &s.Queue},
+		{"running", loadmetrics.FieldRunning, m.Running, &s.Running},
+		{"kvCache", loadmetrics.FieldKVCacheUsage, m.KVCacheUsage, &s.KVCache},
+		{"ttftP99", loadmetrics.FieldTTFT, m.TTFTP99.Seconds(), &s.TTFTP99},
+		{"gpuUtil", loadmetrics.FieldGPUUtil, m.GPUUtil, &s.GPUUtil},
+	} {
+		if m.Has&f.field == 0 {
+			s.Missing = append(s.Missing, f.name)
+			continue
+		}
+		v := f.v
+		*f.dst = &v
+	}
+	return s
 }

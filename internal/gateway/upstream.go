@@ -57,6 +57,14 @@ type Upstream struct {
 	// ext is the latest snapshot of the backend's own metrics from
 	// Options.Metrics; nil until the first one.
 	ext atomic.Pointer[loadmetrics.BackendMetrics]
+	// extErr is why the last read of Options.Metrics had nothing for this
+	// backend; nil if it had.
+	extErr atomic.Pointer[string]
+	// family is the metric names of the backend (nil: the source's);
+	// noMetrics leaves it out of the metrics reads.
+	family    atomic.Pointer[loadmetrics.Family]
+	queries   atomic.Pointer[loadmetrics.Queries] // nil: none of its own
+	noMetrics atomic.Bool
 	// concBits is math.Float64bits of the latest concurrency estimate from
 	// the metrics (see concurrencyEstimate); 0 if none yet.
 	concBits atomic.Uint64
@@ -96,6 +104,25 @@ var noMeta = &backendMeta{}
 
 // setMeta publishes the backend's models and version, keeping the current
 // value (and its identity) if nothing changed.
+// setMetricsFamily stores the backend's metric names (see
+// Backend.MetricsFamily).
+func (u *Upstream) setMetricsFamily(f loadmetrics.Family, q loadmetrics.Queries, off bool) {
+	u.noMetrics.Store(off)
+	if cur := u.queries.Load(); q == (loadmetrics.Queries{}) {
+		u.queries.Store(nil)
+	} else if cur == nil || *cur != q {
+		u.queries.Store(&q)
+	}
+	if f.Queue == "" {
+		u.family.Store(nil)
+		return
+	}
+	if cur := u.family.Load(); cur == nil || cur.Name != f.Name || cur.Queue != f.Queue || cur.Running != f.Running ||
+		!slices.Equal(cur.KVCache, f.KVCache) || cur.KVCacheScale != f.KVCacheScale || cur.TTFT != f.TTFT {
+		u.family.Store(&f)
+	}
+}
+
 func (u *Upstream) setMeta(models []string, version string) {
 	cur := u.meta.Load()
 	if cur.version == version && slices.Equal(cur.models, models) {

@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -176,7 +177,7 @@ func TestParseFamilies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m != tt.want {
+			if !reflect.DeepEqual(m, tt.want) {
 				t.Errorf("got %+v\nwant %+v", m, tt.want)
 			}
 			if tt.p50 == 0 {

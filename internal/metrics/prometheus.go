@@ -162,6 +162,10 @@ type Prometheus struct {
 	timeout time.Duration
 	clock   clock.PassiveClock
 	family  Family
+	data    struct{ Label, Selector, Window string }
+
+	mu       sync.Mutex
+	byFamily map[string][]namedQuery // the queries of targets' own families, by familyKey
 }
 
 type namedQuery struct {
@@ -207,6 +211,7 @@ func NewPrometheus(o PrometheusOptions) (*Prometheus, error) {
 	}
 	p := &Prometheus{api: promv1.NewAPI(c), label: model.LabelName(o.Label), timeout: o.Timeout, clock: o.Clock}
 	data := struct{ Label, Selector, Window string }{o.Label, o.Selector, o.Window}
+	p.data = data
 	def := FamilyQueries(o.Family)
 	p.family = o.Family
 	for _, q := range []struct {
@@ -266,8 +271,73 @@ func (p *Prometheus) Queries() map[string]string {
 	return out
 }
 
+// familyKey identifies a family's metric names and a target's own queries.
+func familyKey(f Family, q Queries) string {
+	return fmt.Sprintf("%s|%s|%v|%g|%s|%g|%s|%+v", f.Queue, f.Running, f.KVCache, f.KVCacheScale, f.TTFT, f.TTFTScale, f.SingleRank, q)
+}
+
+// queriesFor returns the queries of a target's own family f and queries
+// own (from its pool's spec): own's fields over FamilyQueries(f), without
+// the overrides of PrometheusOptions.Queries, which are for the source's
+// family.
+func (p *Prometheus) queriesFor(f Family, own Queries) ([]namedQuery, error) {
+	key := familyKey(f, own)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if qs, ok := p.byFamily[key]; ok {
+		return qs, nil
+	}
+	def := FamilyQueries(f)
+	for _, o := range []struct {
+		dst *string
+		v   string
+	}{
+		{&def.QueueDepth, own.QueueDepth}, {&def.Running, own.Running}, {&def.KVCacheUsage, own.KVCacheUsage},
+		{&def.GPUUtil, own.GPUUtil}, {&def.TTFTP50, own.TTFTP50}, {&def.TTFTP99, own.TTFTP99},
+	} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+	}
+	if own.QueueDepth != "" {
+		// The default ObservedAt reads the family's queue gauge, which a
+		// query of its own may not use: the evaluation's time then.
+		def.ObservedAt = DisabledQuery
+	}
+	var qs []namedQuery
+	for _, q := range []struct {
+		field Field
+		name  string
+		text  string
+		p99   bool
+	}{
+		{FieldQueueDepth, "QueueDepth", def.QueueDepth, false},
+		{FieldRunning, "Running", def.Running, false},
+		{FieldKVCacheUsage, "KVCacheUsage", def.KVCacheUsage, false},
+		{FieldGPUUtil, "GPUUtil", def.GPUUtil, false},
+		{FieldTTFT, "TTFTP50", def.TTFTP50, false},
+		{FieldTTFT, "TTFTP99", def.TTFTP99, true},
+		{0, "ObservedAt", def.ObservedAt, false},
+	} {
+		if q.text == DisabledQuery {
+			continue
+		}
+		rendered, err := render(q.name, q.text, p.data)
+		if err != nil {
+			return nil, fmt.Errorf("prometheus source: query %s of family %s: %w", q.name, f.Name, err)
+		}
+		qs = append(qs, namedQuery{field: q.field, name: q.name, q: rendered, p99: q.p99})
+	}
+	if p.byFamily == nil {
+		p.byFamily = map[string][]namedQuery{}
+	}
+	p.byFamily[key] = qs
+	return qs, nil
+}
+
 // Snapshot runs the queries concurrently and matches their samples to the
-// targets by Label (address or ID). Any failing query makes the error
+// targets by Label (address or ID); a target with a Family of its own is
+// read with that family's queries. Any failing query makes the error
 // non-nil; the values of the queries that worked are returned with it.
 // When every query worked, a target without a queue-depth series (not
 // scraped, or serving no known family's metrics) is left out and named in
@@ -275,6 +345,53 @@ func (p *Prometheus) Queries() map[string]string {
 func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string]BackendMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	groups := map[string][]Target{}
+	own := map[string]Target{}
+	for _, t := range targets {
+		key := ""
+		if t.Family.Queue != "" || t.Queries != (Queries{}) {
+			key = familyKey(t.Family, t.Queries)
+			own[key] = t
+		}
+		groups[key] = append(groups[key], t)
+	}
+	out := make(map[string]BackendMetrics, len(targets))
+	var errs []error
+	missing := map[string]error{}
+	for key, group := range groups {
+		queries, fam := p.queries, p.family
+		if key != "" {
+			fam = own[key].Family
+			var err error
+			if queries, err = p.queriesFor(fam, own[key].Queries); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		got, miss, err := p.snapshot(ctx, group, queries, fam)
+		for id, m := range got {
+			out[id] = m
+		}
+		for id, e := range miss {
+			missing[id] = e
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, err // a failing query explains the missing values
+	}
+	if len(missing) > 0 {
+		return out, &TargetError{Source: p.Name(), Failed: missing, Total: len(byIDs(targets))}
+	}
+	return out, nil
+}
+
+// snapshot is Snapshot for targets read with one set of queries (of
+// family fam): their metrics, the targets without a queue series, and the
+// queries' error.
+func (p *Prometheus) snapshot(ctx context.Context, targets []Target, queries []namedQuery, fam Family) (map[string]BackendMetrics, map[string]error, error) {
 	byKey := make(map[string]string, 2*len(targets))
 	for _, t := range targets {
 		if t.ID == "" {
@@ -286,10 +403,10 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 		}
 	}
 	now := p.clock.Now()
-	results := make([]model.Vector, len(p.queries))
-	errs := make([]error, len(p.queries))
+	results := make([]model.Vector, len(queries))
+	errs := make([]error, len(queries))
 	var wg sync.WaitGroup
-	for i, q := range p.queries {
+	for i, q := range queries {
 		wg.Go(func() {
 			v, _, _, err := p.api.Query(ctx, q.q, now)
 			if err != nil {
@@ -311,7 +428,7 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 	ttftSeen := map[string]uint8{}
 	observed := map[string]time.Time{}
 	evaluated := map[string]time.Time{}
-	for i, q := range p.queries {
+	for i, q := range queries {
 		for _, s := range results[i] {
 			id, ok := byKey[string(s.Metric[p.label])]
 			if !ok {
@@ -361,7 +478,7 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 				missing = map[string]error{}
 			}
 			missing[t.ID] = fmt.Errorf("prometheus: no series of %s for backend %s (%s=%q or %q)",
-				expected(p.family), t.ID, p.label, t.Address, t.ID)
+				expected(fam), t.ID, p.label, t.Address, t.ID)
 			delete(out, t.ID)
 		}
 	}
@@ -376,13 +493,7 @@ func (p *Prometheus) Snapshot(ctx context.Context, targets []Target) (map[string
 		}
 		out[id] = m
 	}
-	if err := errors.Join(errs...); err != nil {
-		return out, err // a failing query explains the missing values
-	}
-	if len(missing) > 0 {
-		return out, &TargetError{Source: p.Name(), Failed: missing, Total: len(byIDs(targets))}
-	}
-	return out, nil
+	return out, missing, errors.Join(errs...)
 }
 
 // byIDs returns the set of targets' non-empty IDs.

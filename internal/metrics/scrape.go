@@ -241,7 +241,11 @@ func (s *Scrape) scrapeOne(ctx context.Context, t Target) (BackendMetrics, error
 	if int64(len(body)) > s.maxBytes {
 		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): answer larger than %d bytes", t.ID, t.Address, s.maxBytes)
 	}
-	m, ttft, err := ParseFamily(body, expfmt.ResponseFormat(resp.Header), s.family)
+	fam := s.family
+	if t.Family.Queue != "" {
+		fam = t.Family
+	}
+	m, ttft, err := ParseFamily(body, expfmt.ResponseFormat(resp.Header), fam)
 	if err != nil {
 		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, err)
 	}

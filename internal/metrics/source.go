@@ -31,6 +31,15 @@ type Target struct {
 	// Address is host:port of the backend's HTTP server, which also serves
 	// /metrics (vLLM, the simulator).
 	Address string
+	// Family, if set, is the metric names of this backend (its pool's
+	// spec.serving.metrics), instead of the source's: Scrape parses its
+	// exposition with them, Prometheus runs that family's default queries
+	// for it.
+	Family Family
+	// Queries, if any is set, are this backend's own PromQL queries (its
+	// pool's spec.serving.metrics.promql) over those of its Family, for
+	// the Prometheus source.
+	Queries Queries
 }
 
 // Field names one value of BackendMetrics, for BackendMetrics.Has.
@@ -46,6 +55,8 @@ const (
 	FieldInFlight
 	FieldLatency
 	FieldErrorRate
+	// FieldLoaded: Loaded (the models an Ollama server has in memory).
+	FieldLoaded
 )
 
 // BackendMetrics is one backend's load at ObservedAt. A value counts only if
@@ -74,6 +85,9 @@ type BackendMetrics struct {
 	InFlight  float64
 	Latency   time.Duration
 	ErrorRate float64
+	// Loaded are the models the backend has loaded in memory (Ollama's
+	// /api/ps), for model-aware routing.
+	Loaded []string
 	// Has says which of the values above are known.
 	Has Field
 	// Family is the name of the server family whose metrics gave the

@@ -38,6 +38,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
+	"github.com/tidegpu/tidegpu/internal/gwsignals"
 	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/notice"
@@ -85,7 +86,16 @@ type Options struct {
 	AWSInterruptionQueue string
 	// AWSQueueOptions tune the queue's client (tests: retries, timeouts).
 	AWSQueueOptions []func(*sqs.Options)
-	Logger          *slog.Logger
+	// GatewayMetrics are the standalone gateway replicas' metrics URLs
+	// (`tidegpu gateway --admin-addr`, path /metrics; a headless Service's
+	// name reaches every replica), read for the pools' autoscalers; none:
+	// autoscaling on traffic metrics has no signals.
+	GatewayMetrics []string
+	// DCGMURL is NVIDIA dcgm-exporter's metrics URL template (see
+	// metrics.DCGMOptions.URL): GPU utilisation for AIBalancers and for the
+	// pools' autoscalers (gpu-utilization). Empty: none.
+	DCGMURL string
+	Logger  *slog.Logger
 }
 
 // Run runs the operator until ctx ends.
@@ -127,9 +137,32 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	tokens := notice.NewTokens()
+	var signals joinedSignals
+	var defaultRegistrar registrar.Registrar = registrar.Nop{}
+	if len(o.GatewayMetrics) > 0 {
+		r, err := gwsignals.New(gwsignals.Options{URLs: o.GatewayMetrics, Logger: o.Logger, Token: o.AdminToken})
+		if err != nil {
+			return fmt.Errorf("--gateway-metrics: %w", err)
+		}
+		signals = append(signals, r)
+		// The gateways follow the pools on their own; what they tell is
+		// how many requests a draining instance still has.
+		defaultRegistrar = inFlightNop{r}
+	}
+	var gpu *metrics.DCGM
+	if o.DCGMURL != "" {
+		if gpu, err = metrics.NewDCGM(nil, metrics.DCGMOptions{URL: o.DCGMURL}); err != nil {
+			return fmt.Errorf("--dcgm-url: %w", err)
+		}
+	}
+	var engineSignals engine.Signals
+	if len(signals) > 0 || gpu != nil {
+		engineSignals = &signals // the GPU signals join below, before anything runs
+	}
 	engines := tidepool.NewEngines(tidepool.EnginesOptions{
+		Signals:   engineSignals,
 		Recorder:  rec,
-		Registrar: registrar.Nop{},
+		Registrar: defaultRegistrar,
 		Registry:  crmetrics.Registry,
 		Logger:    o.Logger,
 		Factory:   FactoryWith(FactoryOptions{StateDir: o.StateDir, Cluster: o.Cluster, Logger: o.Logger, NoticeURL: o.NoticeURL, Tokens: tokens}),
@@ -141,8 +174,16 @@ func Run(ctx context.Context, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TidePool controller: %w", err)
 	}
-	scrape := metrics.NewScrape(metrics.ScrapeOptions{})
-	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: scrape, Weights: engines, Registry: crmetrics.Registry,
+	if gpu != nil {
+		signals = append(signals, gpuSignals{src: gpu, pools: engines.Status})
+	}
+	var abMetrics metrics.Source = metrics.NewScrape(metrics.ScrapeOptions{})
+	if o.DCGMURL != "" {
+		if abMetrics, err = metrics.NewDCGM(abMetrics, metrics.DCGMOptions{URL: o.DCGMURL}); err != nil {
+			return fmt.Errorf("--dcgm-url: %w", err)
+		}
+	}
+	ab := &aibalancer.Reconciler{Client: mgr.GetClient(), Metrics: abMetrics, Weights: engines, Registry: crmetrics.Registry,
 		Events: mgr.GetEventRecorder("tidegpu-aibalancer")}
 	if err := ab.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the AIBalancer controller: %w", err)

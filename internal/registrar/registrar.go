@@ -4,7 +4,11 @@
 // (Kong's Admin API).
 package registrar
 
-import "context"
+import (
+	"context"
+
+	tidev1 "github.com/tidegpu/tidegpu/api/v1"
+)
 
 // Target is one backend the gateway should send a pool's traffic to.
 type Target struct {
@@ -19,6 +23,9 @@ type Target struct {
 	// model-aware routing.
 	Models  []string `json:"models,omitempty"`
 	Version string   `json:"version,omitempty"`
+	// Metrics is the pool's spec.serving.metrics: which metrics the
+	// backend serves, for a gateway's balancing signals; nil: detected.
+	Metrics *tidev1.ServingMetrics `json:"metrics,omitempty"`
 }
 
 // Registrar makes a gateway's backends for a pool equal to targets: it adds

@@ -24,9 +24,12 @@ package validation
 import (
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -225,6 +228,79 @@ func serving(s *tidev1.ServingSpec, path *field.Path) field.ErrorList {
 	}
 	if rp := s.ReadinessPath; rp != "" && !pathRE.MatchString(rp) {
 		errs = append(errs, field.Invalid(path.Child("readinessPath"), rp, "must be a path starting with /, such as /healthz"))
+	}
+	if s.Metrics != nil {
+		errs = append(errs, servingMetrics(s.Metrics, path.Child("metrics"))...)
+	}
+	return errs
+}
+
+// checkQueryTemplate checks that a PromQL query template renders with the
+// fields the Prometheus source gives it.
+func checkQueryTemplate(q string) error {
+	t, err := template.New("q").Option("missingkey=error").Parse(q)
+	if err != nil {
+		return fmt.Errorf("not a valid template: %v", err)
+	}
+	data := struct{ Label, Selector, Window string }{"instance", `{job="x"}`, "1m"}
+	if err := t.Execute(io.Discard, data); err != nil {
+		return fmt.Errorf("uses a field other than {{.Label}}, {{.Selector}} and {{.Window}}: %v", err)
+	}
+	return nil
+}
+
+// MetricNamePattern is a Prometheus metric name
+// (spec.serving.metrics.names.*).
+const MetricNamePattern = `^[a-zA-Z_:][a-zA-Z0-9_:]*$`
+
+var metricNameRE = regexp.MustCompile(MetricNamePattern)
+
+// servingMetrics checks spec.serving.metrics (mirrored by the CRD's enum,
+// pattern and CEL rules).
+func servingMetrics(m *tidev1.ServingMetrics, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	families := []string{"auto", "vllm", "sglang", "tgi", "llamacpp", "none"}
+	if m.Family != "" && !slices.Contains(families, string(m.Family)) {
+		errs = append(errs, field.NotSupported(path.Child("family"), m.Family, families))
+	}
+	if q := m.PromQL; q != nil {
+		qp := path.Child("promql")
+		if m.Family == tidev1.MetricsFamilyNone {
+			errs = append(errs, field.Invalid(qp, "", "a pool with family none reads no metrics: remove promql or set a family"))
+		}
+		for _, f := range []struct{ name, v string }{{"queue", q.Queue}, {"running", q.Running}, {"kvCache", q.KVCache},
+			{"ttftP50", q.TTFTP50}, {"ttftP99", q.TTFTP99}, {"gpuUtil", q.GPUUtil}} {
+			if f.v == "" {
+				continue
+			}
+			if strings.TrimSpace(f.v) == "" {
+				errs = append(errs, field.Invalid(qp.Child(f.name), f.v, "must not be blank: give the query or remove the field"))
+				continue
+			}
+			// Go only: CEL cannot parse a template.
+			if err := checkQueryTemplate(f.v); err != nil {
+				errs = append(errs, field.Invalid(qp.Child(f.name), f.v, err.Error()))
+			}
+		}
+	}
+	n := m.Names
+	if n == nil {
+		return errs
+	}
+	np := path.Child("names")
+	switch {
+	case m.Family == tidev1.MetricsFamilyNone:
+		errs = append(errs, field.Invalid(np, "", "a pool with family none reads no metrics: remove names or set a family"))
+	case n.Queue == "" && (m.Family == "" || m.Family == tidev1.MetricsFamilyAuto):
+		errs = append(errs, field.Required(np.Child("queue"), "required unless family names a server (auto has no names to start from): give the queue gauge's name"))
+	}
+	for _, f := range []struct{ name, v string }{{"queue", n.Queue}, {"running", n.Running}, {"kvCache", n.KVCache}, {"ttft", n.TTFT}} {
+		if f.v != "" && !metricNameRE.MatchString(f.v) {
+			errs = append(errs, field.Invalid(np.Child(f.name), f.v, "must be a Prometheus metric name, such as vllm:num_requests_waiting"))
+		}
+	}
+	if u := n.KVCacheUnit; u != "" && u != "Fraction" && u != "Percent" {
+		errs = append(errs, field.NotSupported(np.Child("kvCacheUnit"), u, []string{"Fraction", "Percent"}))
 	}
 	return errs
 }

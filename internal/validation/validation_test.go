@@ -50,7 +50,7 @@ func TestPatternsMatchTheCRD(t *testing.T) {
 	}
 	ours := map[string]bool{quantityPattern: true}
 	for _, p := range []string{EndpointPattern, GatewayAddressPattern, PathPattern, EnvPattern, AmountPattern,
-		CurrencyPattern, AvailabilityTargetPattern, NamePattern, ModelPattern, SHA256Pattern, HTTPSPattern} {
+		CurrencyPattern, AvailabilityTargetPattern, NamePattern, ModelPattern, SHA256Pattern, HTTPSPattern, MetricNamePattern} {
 		ours[p] = true
 		if !inCRD[p] {
 			t.Errorf("pattern %s is not in the CRD: mirror it with a +kubebuilder:validation:Pattern marker", p)

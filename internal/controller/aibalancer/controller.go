@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,8 +117,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		setCondition(&ab, ConditionMetricsAvailable, metav1.ConditionFalse, "SourceFailing",
 			fmt.Sprintf("%s: %v: weights are neutral until signals return", r.sourceName(), metricsErr))
 	case fresh < len(backends) && ab.Spec.Strategy.Type != tidev1alpha1.StrategyModelBased:
-		setCondition(&ab, ConditionMetricsAvailable, metav1.ConditionFalse, "PartiallyStale",
-			fmt.Sprintf("%d of %d backends have fresh signals from %s; the others get the neutral weight", fresh, len(backends), r.sourceName()))
+		msg := fmt.Sprintf("%d of %d backends have fresh signals from %s; the others get the neutral weight", fresh, len(backends), r.sourceName())
+		if ids := unread(backends, snap); len(ids) > 0 {
+			msg += "; no signals read for " + strings.Join(ids, ", ")
+		}
+		if metricsErr != nil {
+			msg += ": " + metricsErr.Error()
+		}
+		setCondition(&ab, ConditionMetricsAvailable, metav1.ConditionFalse, "PartiallyStale", msg)
 	default:
 		setCondition(&ab, ConditionMetricsAvailable, metav1.ConditionTrue, "Fresh",
 			fmt.Sprintf("%d backends, signals from %s", len(backends), r.sourceName()))
@@ -229,6 +237,19 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// unread returns, sorted, the IDs of the backends the snapshot has no
+// metrics of. Pure.
+func unread(backends []backend, snap map[string]metrics.BackendMetrics) []string {
+	var ids []string
+	for _, b := range backends {
+		if _, ok := snap[b.id]; !ok {
+			ids = append(ids, b.id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func toBalancer(b backend, m metrics.BackendMetrics) balancer.Backend {

@@ -1,6 +1,7 @@
 package aibalancer
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -27,5 +28,16 @@ func TestObservations(t *testing.T) {
 	}
 	if obs := Observations(map[string]metrics.BackendMetrics{"stale": snap["stale"]}, now, 30*time.Second); obs != nil {
 		t.Errorf("only stale metrics gave observations %v; want none (the autoscaler then holds)", obs)
+	}
+}
+
+func TestUnread(t *testing.T) {
+	bs := []backend{{id: "c"}, {id: "a"}, {id: "b"}}
+	got := unread(bs, map[string]metrics.BackendMetrics{"b": {}})
+	if strings.Join(got, ",") != "a,c" {
+		t.Errorf("unread %v; want a, c", got)
+	}
+	if got := unread(bs, map[string]metrics.BackendMetrics{"a": {}, "b": {}, "c": {}}); len(got) != 0 {
+		t.Errorf("unread %v; want none", got)
 	}
 }

@@ -41,6 +41,7 @@ type Engines struct {
 	existing func(ctx context.Context) (map[string]bool, error)
 	onRound  func(pool string)
 	costing  *engine.Costing
+	signals  engine.Signals
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -69,6 +70,10 @@ type EnginesOptions struct {
 	OnRound func(pool string)
 	// Costing records the pools' instances in the cost ledger.
 	Costing *engine.Costing
+	// Signals feeds the pools' autoscalers (and their BalancingSignals
+	// condition, if it implements engine.SignalHealth); nil: none, and a
+	// pool with spec.autoscaling on traffic metrics holds its size.
+	Signals engine.Signals
 }
 
 // NewEngines returns Engines; Start must run before pools are applied.
@@ -80,7 +85,7 @@ func NewEngines(o EnginesOptions) *Engines {
 		o.Logger = slog.Default()
 	}
 	e := &Engines{rounds: make(chan event.GenericEvent, 1024), recorder: o.Recorder, router: registrar.NewRouter(o.Registrar), regFP: map[string]string{}, registry: o.Registry, clock: o.Clock,
-		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound, costing: o.Costing,
+		logger: o.Logger, factory: o.Factory, existing: o.Existing, onRound: o.OnRound, costing: o.Costing, signals: o.Signals,
 		managers: map[string]*engine.Manager{}, providers: map[string]provider.Provider{}, poolKey: map[string]string{}, woken: map[string]string{},
 		metrics: engine.NewMetrics(o.Registry)}
 	user := o.OnRound
@@ -209,7 +214,7 @@ func (e *Engines) managerLocked(ctx context.Context, key string, prov provider.P
 		e.closers = append(e.closers, func(context.Context) error { lp.Detach(); return nil })
 	}
 	m, err := engine.NewManager(engine.Options{Provider: prov, Registrar: e.router, Recorder: e.recorder,
-		Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound, Costing: e.costing})
+		Clock: e.clock, Metrics: e.metrics, Logger: e.logger, OnRound: e.onRound, Costing: e.costing, Signals: e.signals})
 	if err != nil {
 		return nil, err
 	}

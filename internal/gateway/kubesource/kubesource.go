@@ -16,6 +16,7 @@ import (
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/scheme"
 )
 
@@ -27,10 +28,14 @@ func Backends(tp *tidev1.TidePool) []gateway.Backend {
 	if !tp.DeletionTimestamp.IsZero() {
 		return nil
 	}
+	// The API server checked spec.serving.metrics; a spec it let through
+	// that reads as nothing known is detected instead.
+	fam, off, _ := metrics.SpecFamily(tp.Spec.Serving.Metrics)
+	queries := metrics.SpecQueries(tp.Spec.Serving.Metrics)
 	for _, in := range tp.Status.Instances {
 		if in.Phase == tidev1.PhaseReady && in.Address != "" {
 			out = append(out, gateway.Backend{ID: in.ID, Pool: pool, Address: in.Address, Weight: int(in.Weight),
-				Models: tp.Spec.Serving.Models})
+				Models: tp.Spec.Serving.Models, MetricsFamily: fam, NoMetrics: off, MetricsQueries: queries})
 		}
 	}
 	return out

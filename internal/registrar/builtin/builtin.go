@@ -5,8 +5,10 @@ package builtin
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 )
 
@@ -27,8 +29,14 @@ func New(gw *gateway.Gateway) *Registrar { return &Registrar{gw: gw} }
 func (r *Registrar) Sync(_ context.Context, pool string, targets []registrar.Target) error {
 	bs := make([]gateway.Backend, 0, len(targets))
 	for _, t := range targets {
-		bs = append(bs, gateway.Backend{ID: t.ID, Pool: pool, Address: t.Address, Weight: t.Weight,
-			Models: t.Models, Version: t.Version})
+		b := gateway.Backend{ID: t.ID, Pool: pool, Address: t.Address, Weight: t.Weight,
+			Models: t.Models, Version: t.Version}
+		fam, off, err := metrics.SpecFamily(t.Metrics)
+		if err != nil {
+			return fmt.Errorf("pool %s: %w", pool, err)
+		}
+		b.MetricsFamily, b.NoMetrics, b.MetricsQueries = fam, off, metrics.SpecQueries(t.Metrics)
+		bs = append(bs, b)
 	}
 	r.gw.SetBackends(pool, bs)
 	return nil
