@@ -15,8 +15,8 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -70,6 +70,7 @@ type exchange struct {
 // attempt is one try of an exchange on one backend.
 type attempt struct {
 	u       *Upstream
+	ctx     context.Context // the attempt's; cancelled by cancel
 	resp    *http.Response
 	cancel  context.CancelCauseFunc
 	latency time.Duration
@@ -80,23 +81,31 @@ type attempt struct {
 // is committed; see the package documentation.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if g.cors != nil {
+		// Sets the Access-Control-* headers; answers a preflight 204.
+		g.cors.HandlerFunc(w, r)
+		if isPreflight(r) {
+			g.metrics.request(noBackend, noBackend, http.StatusNoContent, time.Since(start))
+			return
+		}
+	}
 	path, rawPath, ok := route(r.URL)
 	if !ok {
-		g.fail(w, start, http.StatusNotFound, "no route")
+		g.fail(w, r, start, errNoRoute)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		g.fail(w, start, http.StatusMethodNotAllowed, "method not allowed")
+		g.fail(w, r, start, errMethod)
 		return
 	}
 	body, code := g.readBody(r)
 	switch code {
 	case 0:
 	case http.StatusRequestEntityTooLarge:
-		g.fail(w, start, code, "request body too large")
+		g.fail(w, r, start, bodyTooLarge(g.maxBody))
 		return
 	default:
-		g.fail(w, start, code, "cannot read request body")
+		g.fail(w, r, start, errBodyUnread)
 		return
 	}
 	stripUsage := false
@@ -147,6 +156,10 @@ func (g *Gateway) readBody(r *http.Request) ([]byte, int) {
 
 var errTooLarge = errors.New("body too large")
 
+// errStreamIdle cancels an attempt whose backend fell silent for
+// Options.StreamIdleTimeout.
+var errStreamIdle = errors.New("stream idle timeout")
+
 // readAtMost reads rd to EOF into a buffer of initial capacity hint, failing
 // with errTooLarge past limit bytes. Reading up to EOF, not just
 // Content-Length bytes, matters: only then does net/http start watching the
@@ -193,10 +206,10 @@ func (e *exchange) serve() {
 			case e.r.Context().Err() != nil:
 				g.metrics.request(noBackend, noBackend, statusClientClosed, time.Since(e.start))
 			case attempts == 0:
-				g.fail(e.w, e.start, http.StatusServiceUnavailable, "no ready backend")
+				g.fail(e.w, e.r, e.start, errNoBackend)
 			default:
 				g.log.Warn("gateway: request failed on every backend tried", "tried", len(e.tried), "lastErr", lastErr)
-				g.fail(e.w, e.start, http.StatusBadGateway, "all backends failed")
+				g.fail(e.w, e.r, e.start, errAllFailed)
 			}
 			return
 		}
@@ -376,7 +389,7 @@ func newReplayBody(b []byte) *replayBody {
 // if the probe declares u dead before the response headers arrive.
 func (e *exchange) try(u *Upstream) (attempt, error) {
 	ctx, cancel := context.WithCancelCause(e.r.Context())
-	a := attempt{u: u, cancel: cancel}
+	a := attempt{u: u, ctx: ctx, cancel: cancel}
 	stop := context.AfterFunc(u.life.Load().ctx, func() { cancel(errBackendDown) })
 
 	out := e.tmpl.WithContext(ctx)
@@ -435,7 +448,16 @@ func (e *exchange) commit(a *attempt) {
 	removeHopHeaders(resp.Header)
 	h := e.w.Header()
 	for k, vv := range resp.Header {
-		h[k] = vv
+		switch {
+		case g.cors == nil:
+			h[k] = vv
+		case isCORSHeader(k):
+			// The gateway's policy, not the backend's.
+		case k == "Vary":
+			h[k] = append(h[k], vv...)
+		default:
+			h[k] = vv
+		}
 	}
 	h[BackendHeader] = u.idHeader
 	if n := len(resp.Trailer); n > 0 {
@@ -459,8 +481,22 @@ func (e *exchange) commit(a *attempt) {
 	bufp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bufp)
 	buf := *bufp
+	// idle cancels the attempt when the backend falls silent; it runs only
+	// while a read waits, so a slow client is not taken for a silent backend.
+	var idle *time.Timer
+	if g.streamIdle > 0 {
+		idle = time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
+		idle.Stop()
+		defer idle.Stop()
+	}
 	for {
+		if idle != nil {
+			idle.Reset(g.streamIdle)
+		}
 		n, rerr := resp.Body.Read(buf)
+		if idle != nil {
+			idle.Stop()
+		}
 		if n > 0 {
 			var werr error
 			if strip != nil {
@@ -487,6 +523,9 @@ func (e *exchange) commit(a *attempt) {
 			if e.r.Context().Err() != nil {
 				return // the client went away, which cancelled the read
 			}
+			if errors.Is(context.Cause(a.ctx), errStreamIdle) {
+				rerr = fmt.Errorf("%w (%v without a byte)", errStreamIdle, g.streamIdle)
+			}
 			g.recordFailure(u, "mid-stream: "+rerr.Error(), false)
 			g.metrics.aborted()
 			g.log.Warn("gateway: backend failed mid-response", "backend", u.id, "pool", u.pool, "err", rerr)
@@ -510,20 +549,4 @@ func isStream(h http.Header) bool {
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-// fail answers the client with a gateway error as JSON {"error": msg}.
-func (g *Gateway) fail(w http.ResponseWriter, start time.Time, code int, msg string) {
-	body, _ := json.Marshal(struct {
-		Error string `json:"error"`
-	}{msg})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	if code == http.StatusServiceUnavailable {
-		h.Set("Retry-After", "1")
-	}
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
-	g.metrics.request(noBackend, noBackend, code, time.Since(start))
 }
