@@ -24,6 +24,7 @@ func NewUpCommand() *cobra.Command {
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
 		metricsFamily                                            string
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
+		tuning                                                   tuningFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE]",
@@ -64,13 +65,17 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			gwTuning, err := tuning.tuning()
+			if err != nil {
+				return err
+			}
 			token := os.Getenv("TIDEGPU_ADMIN_TOKEN")
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return embedded.Run(ctx, embedded.Options{
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
 				AdminToken: token, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
-				MetricsFamily: fam, NoBackendMetrics: noMetrics,
+				MetricsFamily: fam, NoBackendMetrics: noMetrics, Gateway: gwTuning,
 			})
 		},
 	}
@@ -82,6 +87,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&policy, "policy", gateway.PolicyP2C, "gateway balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
+	tuning.register(f)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

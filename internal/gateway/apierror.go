@@ -28,11 +28,11 @@ type apiError struct {
 
 // The gateway's own errors.
 var (
-	errNoRoute       = apiError{http.StatusNotFound, "no_route", "no route: the gateway serves /, /api/*, /v1/* and */ollama-chat"}
-	errMethod        = apiError{http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed"}
-	errBodyUnread    = apiError{http.StatusBadRequest, "unreadable_body", "cannot read request body"}
-	errNoBackend     = apiError{http.StatusServiceUnavailable, "no_backend", "no ready backend"}
-	errAllFailed     = apiError{http.StatusBadGateway, "all_backends_failed", "all backends failed"}
+	errNoRoute    = apiError{http.StatusNotFound, "no_route", "no route: the gateway serves /, /api/*, /v1/* and */ollama-chat"}
+	errMethod     = apiError{http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed"}
+	errBodyUnread = apiError{http.StatusBadRequest, "unreadable_body", "cannot read request body"}
+	errNoBackend  = apiError{http.StatusServiceUnavailable, "no_backend", "no ready backend"}
+	errAllFailed  = apiError{http.StatusBadGateway, "all_backends_failed", "all backends failed"}
 )
 
 // bodyTooLarge is the 413 naming the limit and how to raise it.

@@ -239,7 +239,9 @@ func TestListenLocalhostBothLoopbacks(t *testing.T) {
 	}
 	for _, ln := range lns {
 		t.Cleanup(func() { ln.Close() })
-		go func() { _ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })) }()
+		go func() {
+			_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+		}()
 	}
 	port := lns[0].Addr().(*net.TCPAddr).Port
 	get := func(host string) error {

@@ -52,6 +52,9 @@ var (
 	DefaultCORSHeaders = []string{"Accept", "Authorization", "Content-Type", PoolHeader}
 )
 
+// Validate checks c, naming the field at fault and the fix.
+func (c *CORS) Validate() error { return c.validate("") }
+
 // validate checks c; field names are prefixed with prefix.
 func (c *CORS) validate(prefix string) error {
 	var errs []error

@@ -13,10 +13,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
-// ledgerKey is the data key of the ledger's ConfigMap.
-const ledgerKey = "ledger.json"
+// ledgerKey and seqsKey are the data keys of the ledger's ConfigMap: the
+// ledger, and the gateway replicas' last usage batches counted in it
+// (saved together, so that a batch is counted once across a restart).
+const (
+	ledgerKey = "ledger.json"
+	seqsKey   = "usage-seqs.json"
+)
 
 // ledgerStore keeps the cost ledger in a ConfigMap, so spend survives
 // operator restarts and leader changes. It restores once at start and
@@ -25,6 +31,7 @@ type ledgerStore struct {
 	client   client.Client
 	reader   client.Reader
 	ledger   *cost.Ledger
+	usage    *usage.Ingest
 	name     types.NamespacedName
 	interval time.Duration
 	logger   *slog.Logger
@@ -42,6 +49,10 @@ func (s *ledgerStore) Start(ctx context.Context) error {
 		if b, ok := cm.BinaryData[ledgerKey]; ok {
 			if err := s.ledger.Restore(b); err != nil {
 				s.logger.Error("restoring the cost ledger: starting afresh", "configmap", s.name, "err", err)
+			} else if seqs, ok := cm.BinaryData[seqsKey]; ok {
+				if err := s.usage.Restore(seqs); err != nil {
+					s.logger.Error("restoring the gateway replicas' usage seqs: a batch resent now may count twice", "configmap", s.name, "err", err)
+				}
 			}
 		}
 	case !apierrors.IsNotFound(err):
@@ -63,7 +74,7 @@ func (s *ledgerStore) Start(ctx context.Context) error {
 }
 
 func (s *ledgerStore) save(ctx context.Context) {
-	b, err := s.ledger.Snapshot()
+	b, seqs, err := s.usage.Snapshot(s.ledger.Snapshot)
 	if err != nil {
 		s.logger.Warn("snapshotting the cost ledger", "err", err)
 		return
@@ -74,10 +85,10 @@ func (s *ledgerStore) save(ctx context.Context) {
 	err = s.reader.Get(ctx, s.name, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
-		cm.BinaryData = map[string][]byte{ledgerKey: b}
+		cm.BinaryData = map[string][]byte{ledgerKey: b, seqsKey: seqs}
 		err = s.client.Create(ctx, cm)
 	case err == nil:
-		cur.BinaryData = map[string][]byte{ledgerKey: b}
+		cur.BinaryData = map[string][]byte{ledgerKey: b, seqsKey: seqs}
 		err = s.client.Update(ctx, &cur)
 	}
 	if err != nil {

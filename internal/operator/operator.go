@@ -46,6 +46,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider/metered"
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
+	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
 // Scheme knows the built-in types and ours.
@@ -102,8 +103,11 @@ func Run(ctx context.Context, o Options) error {
 	rec := events.NewRecorder(5000, nil, o.Logger)
 	ledger := cost.NewLedger(cost.Options{})
 	crmetrics.Registry.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
+	// The standalone gateway replicas' tokens and busy time (see
+	// usage.Reporter) come in through the admin API.
+	ingest := usage.NewIngest(ledger, nil, o.Logger)
 	if o.LedgerNamespace != "" {
-		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger,
+		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger, usage: ingest,
 			name:     types.NamespacedName{Namespace: o.LedgerNamespace, Name: "tidegpu-cost-ledger"},
 			interval: time.Minute, logger: o.Logger}); err != nil {
 			return err
@@ -139,6 +143,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken, Ledger: ledger,
+			Usage:     ingest,
 			Dashboard: dashboard.Handler(dashboard.Options{Pools: engines, Events: rec})})}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			go func() {
