@@ -10,6 +10,7 @@ package usage
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -49,14 +50,41 @@ func (u *Recorder) StreamUsage(backendID, model string, prompt, completion int64
 
 func (u *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tw := &tailWriter{ResponseWriter: w}
+	var head *headReader
+	if r.Body != nil && r.Body != http.NoBody {
+		head = &headReader{ReadCloser: r.Body}
+		r.Body = head
+	}
 	u.Next.ServeHTTP(tw, r)
 	id := w.Header().Get(gateway.BackendHeader)
 	if id == "" || tw.status >= 300 {
 		return
 	}
 	if model, prompt, completion, ok := ParseUsage(tw.tail()); ok {
+		if model == "" && head != nil {
+			// A long answer (embeddings) names its model only at its
+			// start: take the request's.
+			if m := reModel.FindSubmatch(head.buf); m != nil {
+				model = string(m[1])
+			}
+		}
 		u.Sink(id, model, prompt, completion)
 	}
+}
+
+// headReader passes a request body through and keeps its first tailSize
+// bytes, where clients put "model".
+type headReader struct {
+	io.ReadCloser
+	buf []byte
+}
+
+func (h *headReader) Read(p []byte) (int, error) {
+	n, err := h.ReadCloser.Read(p)
+	if room := tailSize - len(h.buf); room > 0 {
+		h.buf = append(h.buf, p[:min(n, room)]...)
+	}
+	return n, err
 }
 
 // tailWriter passes everything through and keeps the last tailSize bytes.
