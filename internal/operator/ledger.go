@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,10 +29,13 @@ const (
 // operator restarts and leader changes. It restores once at start and
 // saves every interval and on stop. Only the leader runs it.
 type ledgerStore struct {
-	client   client.Client
-	reader   client.Reader
-	ledger   *cost.Ledger
-	usage    *usage.Ingest
+	client client.Client
+	reader client.Reader
+	ledger *cost.Ledger
+	usage  *usage.Ingest
+	// restored is set once the ledger is restored (or found absent): the
+	// usage ingest waits for it.
+	restored *atomic.Bool
 	name     types.NamespacedName
 	interval time.Duration
 	logger   *slog.Logger
@@ -58,6 +62,7 @@ func (s *ledgerStore) Start(ctx context.Context) error {
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading the cost ledger ConfigMap %s: %w", s.name, err)
 	}
+	s.restored.Store(true)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {

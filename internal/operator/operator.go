@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -105,9 +106,21 @@ func Run(ctx context.Context, o Options) error {
 	crmetrics.Registry.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
 	// The standalone gateway replicas' tokens and busy time (see
 	// usage.Reporter) come in through the admin API.
+	// They are taken only where the ledger is kept: on the leader, once
+	// the ledger is restored.
 	ingest := usage.NewIngest(ledger, nil, o.Logger)
-	if o.LedgerNamespace != "" {
-		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger, usage: ingest,
+	var ledgerReady atomic.Bool
+	ingest.Gate(ledgerReady.Load)
+	if o.LedgerNamespace == "" {
+		go func() {
+			select {
+			case <-mgr.Elected():
+				ledgerReady.Store(true)
+			case <-ctx.Done():
+			}
+		}()
+	} else {
+		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger, usage: ingest, restored: &ledgerReady,
 			name:     types.NamespacedName{Namespace: o.LedgerNamespace, Name: "tidegpu-cost-ledger"},
 			interval: time.Minute, logger: o.Logger}); err != nil {
 			return err

@@ -29,9 +29,17 @@ type Ingest struct {
 	now    func() time.Time
 	log    *slog.Logger
 
+	ready func() bool // nil: always
+
 	mu   sync.Mutex
 	last map[string]replicaState // by replica id
 }
+
+// Gate makes ServeHTTP refuse batches (503, closing the connection, so a
+// retry through a Service may reach another pod) while ready reports false:
+// on an operator that is not the leader, or whose ledger is not yet
+// restored, a batch counted now would be lost. Call before serving.
+func (in *Ingest) Gate(ready func() bool) { in.ready = ready }
 
 type replicaState struct {
 	Seq  uint64 `json:"seq"`
@@ -92,6 +100,12 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "POST a usage batch"})
+		return
+	}
+	if in.ready != nil && !in.ready() {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "this operator does not keep the ledger now (not the leader, or restoring it): retry"})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBatchBytes+1))

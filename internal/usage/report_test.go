@@ -203,9 +203,20 @@ func TestReporterOptionsChecked(t *testing.T) {
 // The ingest endpoint refuses bad batches with the reason.
 func TestIngestHTTP(t *testing.T) {
 	in := NewIngest(newTestLedger(t, "i-1"), nil, nil)
+	var ready atomic.Bool
+	in.Gate(ready.Load)
 	srv := httptest.NewServer(in)
 	t.Cleanup(srv.Close)
-	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"replica":"r","seq":0}`))
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"replica":"r","seq":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Fatalf("not ready: %d %v", resp.StatusCode, resp.Header)
+	}
+	ready.Store(true)
+	resp, err = http.Post(srv.URL, "application/json", strings.NewReader(`{"replica":"r","seq":0}`))
 	if err != nil {
 		t.Fatal(err)
 	}
