@@ -265,7 +265,8 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	defer stop()
 
 	tuning, _ := o.tuning.tuning() // checked by validate
-	reporter, err := o.usageReporter(logger)
+	reg := prometheus.NewRegistry()
+	reporter, err := o.usageReporter(logger, reg)
 	if err != nil {
 		return err
 	}
@@ -286,7 +287,6 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		defer adminLn.Close()
 	}
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	msrc, err := metricsSource(o.metrics, o.family)
 	if err != nil {
@@ -485,12 +485,12 @@ func metricsSource(spec, family string) (metrics.Source, error) {
 }
 
 // usageReporter returns the reporter of --report-usage-to, or nil.
-func (o *gatewayOptions) usageReporter(logger *slog.Logger) (*usage.Reporter, error) {
+func (o *gatewayOptions) usageReporter(logger *slog.Logger, reg prometheus.Registerer) (*usage.Reporter, error) {
 	if o.reportTo == "" {
 		return nil, nil
 	}
 	r, err := usage.NewReporter(usage.ReporterOptions{URL: o.reportTo, Token: os.Getenv("TIDEGPU_ADMIN_TOKEN"),
-		Name: os.Getenv("POD_NAME"), Logger: logger})
+		Name: os.Getenv("POD_NAME"), Logger: logger, Registry: reg})
 	if err != nil {
 		return nil, fmt.Errorf("invalid --report-usage-to: %w", err)
 	}

@@ -111,6 +111,9 @@ func Run(ctx context.Context, o Options) error {
 	ingest := usage.NewIngest(ledger, nil, o.Logger)
 	var ledgerReady atomic.Bool
 	ingest.Gate(ledgerReady.Load)
+	if err := ingest.Register(crmetrics.Registry); err != nil {
+		return fmt.Errorf("usage ingest metrics: %w", err)
+	}
 	if o.LedgerNamespace == "" {
 		go func() {
 			select {

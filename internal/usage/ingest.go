@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tidegpu/tidegpu/internal/cost"
 )
 
@@ -29,7 +31,8 @@ type Ingest struct {
 	now    func() time.Time
 	log    *slog.Logger
 
-	ready func() bool // nil: always
+	ready   func() bool // nil: always
+	metrics *ingestMetrics
 
 	mu   sync.Mutex
 	last map[string]replicaState // by replica id
@@ -40,6 +43,16 @@ type Ingest struct {
 // on an operator that is not the leader, or whose ledger is not yet
 // restored, a batch counted now would be lost. Call before serving.
 func (in *Ingest) Gate(ready func() bool) { in.ready = ready }
+
+// Register adds the ingest's metrics to reg. Call before serving.
+func (in *Ingest) Register(reg prometheus.Registerer) error {
+	m, err := newIngestMetrics(reg)
+	if err != nil {
+		return err
+	}
+	in.metrics = m
+	return nil
+}
 
 type replicaState struct {
 	Seq  uint64 `json:"seq"`
@@ -68,8 +81,10 @@ func (in *Ingest) Apply(b Batch) Ack {
 	st, known := in.last[b.Replica]
 	if known && b.Seq <= st.Seq {
 		ack.Duplicate = true
+		in.metrics.batch("duplicate")
 		return ack
 	}
+	in.metrics.batch("counted")
 	if known && b.Seq > st.Seq+1 {
 		in.log.Warn("usage batches missing from a gateway replica (the operator lost them)", "replica", b.Replica, "after", st.Seq, "got", b.Seq)
 	}
@@ -78,6 +93,7 @@ func (in *Ingest) Apply(b Batch) Ack {
 		if m == nil {
 			in.log.Info("usage for a backend that is no instance the ledger knows: dropped", "backend", t.Backend, "replica", b.Replica,
 				"prompt", t.Prompt, "completion", t.Completion)
+			in.metrics.drop(t.Prompt + t.Completion)
 			continue
 		}
 		m.AddTokens(t.Model, t.Prompt, t.Completion, now)
@@ -103,6 +119,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if in.ready != nil && !in.ready() {
+		in.metrics.batch("refused")
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "this operator does not keep the ledger now (not the leader, or restoring it): retry"})

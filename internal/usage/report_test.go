@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tidegpu/tidegpu/internal/cost"
 )
 
@@ -136,7 +139,8 @@ func TestReporterRetriesUntilAcknowledged(t *testing.T) {
 		_, _ = io.Copy(w, rec.Body)
 	}))
 	t.Cleanup(op.Close)
-	r, err := NewReporter(ReporterOptions{URL: op.URL, Token: "tok", Name: "gw-0"})
+	reg := prometheus.NewRegistry()
+	r, err := NewReporter(ReporterOptions{URL: op.URL, Token: "tok", Name: "gw-0", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +156,18 @@ func TestReporterRetriesUntilAcknowledged(t *testing.T) {
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, c := ledgerTokens(l); p != 10 || c != 20 || posts.Load() != 2 || r.Acked() != 1 {
-		t.Fatalf("ledger %d %d after %d posts, %d acked", p, c, posts.Load(), r.Acked())
+	if p, c := ledgerTokens(l); p != 10 || c != 20 || posts.Load() != 2 || r.Acked() != 1 || r.Unacked() != 0 {
+		t.Fatalf("ledger %d %d after %d posts, %d acked, %d unacked", p, c, posts.Load(), r.Acked(), r.Unacked())
+	}
+	want := `
+# HELP tidegpu_gateway_usage_batches_total Usage batches sent to the operator, by outcome (acked, duplicate, failed).
+# TYPE tidegpu_gateway_usage_batches_total counter
+tidegpu_gateway_usage_batches_total{outcome="acked"} 0
+tidegpu_gateway_usage_batches_total{outcome="duplicate"} 1
+tidegpu_gateway_usage_batches_total{outcome="failed"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), MetricReportBatches); err != nil {
+		t.Fatal(err)
 	}
 	rep := l.Report("chat", cost.Window{To: time.Now().Add(time.Hour)})
 	if len(rep) != 1 || rep[0].BusyHours*3600 < 0.999 || rep[0].BusyHours*3600 > 1.001 {

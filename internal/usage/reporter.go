@@ -26,6 +26,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Path is where the operator's admin API takes batches.
@@ -49,6 +51,8 @@ type ReporterOptions struct {
 	// Client sends the batches; nil means one with a 10 s timeout.
 	Client *http.Client
 	Logger *slog.Logger
+	// Registry, if non-nil, gets the reporter's metrics.
+	Registry prometheus.Registerer
 }
 
 // Reporter gathers a gateway replica's tokens and busy periods and sends
@@ -62,6 +66,7 @@ type Reporter struct {
 	interval   time.Duration
 	client     *http.Client
 	log        *slog.Logger
+	metrics    *reporterMetrics // nil: none
 
 	mu     sync.Mutex
 	tokens map[tokenKey]*TokenCount // gathered, not yet in a batch
@@ -103,6 +108,11 @@ func NewReporter(o ReporterOptions) (*Reporter, error) {
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry != nil {
+		if r.metrics, err = newReporterMetrics(o.Registry, r); err != nil {
+			return nil, fmt.Errorf("usage reporter metrics: %w", err)
+		}
 	}
 	return r, nil
 }
@@ -163,6 +173,22 @@ func (r *Reporter) Acked() uint64 {
 	return r.acked
 }
 
+// Unacked is the tokens gathered that the operator has not acknowledged.
+func (r *Reporter) Unacked() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, t := range r.tokens {
+		n += t.Prompt + t.Completion
+	}
+	if r.sent != nil {
+		for _, t := range r.sent.Tokens {
+			n += t.Prompt + t.Completion
+		}
+	}
+	return n
+}
+
 // pendingLocked reports whether anything waits to be sent.
 func (r *Reporter) pendingLocked() bool {
 	return r.sent != nil || len(r.tokens) > 0 || len(r.busy) > 0
@@ -204,30 +230,15 @@ func (r *Reporter) send(ctx context.Context) error {
 	if b == nil {
 		return nil
 	}
-	body, err := json.Marshal(b)
+	ack, err := r.post(ctx, b)
 	if err != nil {
+		r.metrics.batch("failed")
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if r.token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.token)
-	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("sending usage batch %d to %s: %w", b.Seq, r.url, err)
-	}
-	defer resp.Body.Close()
-	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("usage batch %d: %s answered %s: %s", b.Seq, r.url, resp.Status, bytes.TrimSpace(reply))
-	}
-	var ack Ack
-	if err := json.Unmarshal(reply, &ack); err != nil || ack.Replica != b.Replica || ack.Seq != b.Seq {
-		return fmt.Errorf("usage batch %d: %s answered no matching acknowledgement: %s", b.Seq, r.url, bytes.TrimSpace(reply))
+	if ack.Duplicate {
+		r.metrics.batch("duplicate")
+	} else {
+		r.metrics.batch("acked")
 	}
 	r.mu.Lock()
 	if r.sent == b {
@@ -236,6 +247,36 @@ func (r *Reporter) send(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// post sends b and returns the operator's acknowledgement of it.
+func (r *Reporter) post(ctx context.Context, b *Batch) (Ack, error) {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return Ack{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
+	if err != nil {
+		return Ack{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return Ack{}, fmt.Errorf("sending usage batch %d to %s: %w", b.Seq, r.url, err)
+	}
+	defer resp.Body.Close()
+	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return Ack{}, fmt.Errorf("usage batch %d: %s answered %s: %s", b.Seq, r.url, resp.Status, bytes.TrimSpace(reply))
+	}
+	var ack Ack
+	if err := json.Unmarshal(reply, &ack); err != nil || ack.Replica != b.Replica || ack.Seq != b.Seq {
+		return Ack{}, fmt.Errorf("usage batch %d: %s answered no matching acknowledgement: %s", b.Seq, r.url, bytes.TrimSpace(reply))
+	}
+	return ack, nil
 }
 
 // Run sends every interval until ctx ends. A failed send is retried at the
