@@ -25,7 +25,8 @@ const replicaTTL = 7 * 24 * time.Hour
 // time the batch arrives (the operator's clock; a replica sends every
 // second), busy periods at the replica's times. Tokens of a backend the
 // ledger does not know (not an instance of a pool) are dropped, and named
-// in the log. Its methods are safe for concurrent use.
+// in the debug log and counted in MetricIngestDropped. Its methods are safe
+// for concurrent use.
 type Ingest struct {
 	ledger *cost.Ledger
 	now    func() time.Time
@@ -91,7 +92,7 @@ func (in *Ingest) Apply(b Batch) Ack {
 	for _, t := range b.Tokens {
 		m := in.ledger.Meter(t.Backend)
 		if m == nil {
-			in.log.Info("usage for a backend that is no instance the ledger knows: dropped", "backend", t.Backend, "replica", b.Replica,
+			in.log.Debug("usage for a backend that is no instance the ledger knows: dropped", "backend", t.Backend, "replica", b.Replica,
 				"prompt", t.Prompt, "completion", t.Completion)
 			in.metrics.drop(t.Prompt + t.Completion)
 			continue
