@@ -19,6 +19,7 @@ import (
 func TestGatewayCommandFlagValidation(t *testing.T) {
 	// Not "in a pod": without --backend the command would follow the cluster.
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("TIDEGPU_ADMIN_TOKEN", "") // --report-usage-to off loopback needs one
 	const ok = "http://127.0.0.1:11434"
 	tests := []struct {
 		args []string
@@ -46,6 +47,10 @@ func TestGatewayCommandFlagValidation(t *testing.T) {
 		{[]string{"--backend", ok, "--log-level", "loud"}, []string{"--log-level"}},
 		{[]string{"--backend", ok, "--metrics-family", "ollama"}, []string{"--metrics-family", "ollama", "auto, vllm, sglang, tgi, llamacpp or none"}},
 		{[]string{"--backend", ok, "extra"}, []string{"extra"}},
+		{[]string{"--backend", ok, "--max-body-size", "huge"}, []string{"--max-body-size", "8Mi"}},
+		{[]string{"--backend", ok, "--cors-allowed-origin", "app.example"}, []string{"--cors", "app.example", "origin"}},
+		{[]string{"--backend", ok, "--report-usage-to", "operator:9090"}, []string{"--report-usage-to", "http://host:port"}},
+		{[]string{"--backend", ok, "--report-usage-to", "http://10.0.0.5:9090"}, []string{"--report-usage-to", "TIDEGPU_ADMIN_TOKEN"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
