@@ -52,6 +52,9 @@ type Options struct {
 	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
 	// on every endpoint but /healthz.
 	Token string
+	// Usage, when set, takes the gateway replicas' token batches at
+	// POST /api/v1/usage (usage.Ingest), behind the token.
+	Usage http.Handler
 	// Dashboard, when set, is the web dashboard (dashboard.Handler): its
 	// page (GET /) and assets (GET /ui/) are served without the token, as
 	// they hold no data and the page asks for the token; its JSON
@@ -151,6 +154,9 @@ func NewHandler(o Options) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, bs)
 	})
+	if o.Usage != nil {
+		mux.Handle("POST /api/v1/usage", o.Usage)
+	}
 	if o.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	}

@@ -51,7 +51,7 @@ type CostReport struct {
 func BuildCostReport(l *cost.Ledger, now time.Time, window time.Duration) CostReport {
 	w := cost.Window{From: now.Add(-window), To: now}
 	out := CostReport{From: w.From, To: w.To, Pools: []CostView{}}
-	for _, r := range l.Report("", w) {
+	for _, r := range l.ReportAt("", w, now) {
 		v := CostView{Name: r.Pool, Currency: r.Currency, Spend: r.EffectiveCost.Float(),
 			OnDemandEquivalent: r.ListCost.Float(), Savings: r.Savings.Float(), IdleCost: r.IdleCost.Float(),
 			RunRatePerHour: r.RunRatePerHour.Float(), InstanceHours: r.InstanceHours, BusyHours: r.BusyHours,

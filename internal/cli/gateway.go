@@ -26,6 +26,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/gateway/kubesource"
 	"github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
 // gatewayShutdownTimeout bounds the graceful shutdown of `tidegpu gateway`:
@@ -51,6 +52,9 @@ type gatewayOptions struct {
 	adminAddr      string
 	policy         string
 	logLevel       string
+	// Limits, timeouts and CORS (gatewayflags.go); where the tokens go.
+	tuning   tuningFlags
+	reportTo string
 
 	// insecureAdmin serves a public --admin-addr without a token.
 	insecureAdmin bool
@@ -123,6 +127,8 @@ every admin path but /healthz requires "Authorization: Bearer TOKEN"; an
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
 	f.StringVar(&o.policy, "policy", gateway.PolicyP2C, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	o.tuning.register(f)
+	f.StringVar(&o.reportTo, "report-usage-to", "", "send the tokens served and busy time to the operator's admin API at this URL (http://host:port; token from TIDEGPU_ADMIN_TOKEN) for its cost ledger")
 	return cmd
 }
 
@@ -149,6 +155,9 @@ func (o *gatewayOptions) validate() error {
 	}
 	if _, err := gateway.NewPolicy(o.policy); err != nil {
 		return fmt.Errorf("invalid --policy %q: want one of %s", o.policy, strings.Join(gateway.PolicyNames, ", "))
+	}
+	if _, err := o.tuning.tuning(); err != nil {
+		return err
 	}
 	if err := checkListenAddr(o.addr); err != nil {
 		return fmt.Errorf("invalid --addr %q: %v", o.addr, err)
@@ -275,12 +284,20 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	tuning, _ := o.tuning.tuning() // checked by validate
+	reg := prometheus.NewRegistry()
+	reporter, err := o.usageReporter(logger, reg)
+	if err != nil {
+		return err
+	}
 	// Bind both first: a taken port fails before anything runs.
-	ln, err := net.Listen("tcp", o.addr)
+	lns, err := gateway.Listen(o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on --addr %s: %w", o.addr, err)
 	}
-	defer ln.Close()
+	for _, ln := range lns {
+		defer ln.Close()
+	}
 	var adminLn net.Listener
 	if o.adminAddr != "" {
 		adminLn, err = net.Listen("tcp", o.adminAddr)
@@ -290,7 +307,6 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		defer adminLn.Close()
 	}
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	msrc, err := metricsSource(o.metrics, o.family)
 	if err != nil {
@@ -304,6 +320,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	}
 	gwOpts := gateway.Options{Policy: o.policy, Registry: reg, Logger: logger, MetricsInterval: 250 * time.Millisecond,
 		ActivatorQueue: o.activatorQueue, ActivatorWait: o.activatorWait}
+	tuning.Apply(&gwOpts)
 	if o.kube() {
 		// Pools at zero are woken through the API server.
 		cfg, err := restConfig(o.kubeconfig)
@@ -313,6 +330,12 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		if gwOpts.Waker, err = kubesource.NewWaker(cfg, logger); err != nil {
 			return err
 		}
+	}
+	var handler http.Handler // the gateway, behind the token recorder with --report-usage-to
+	var rec *usage.Recorder
+	if reporter != nil {
+		rec = &usage.Recorder{Sink: reporter.Add}
+		gwOpts.OnUsage = rec.StreamUsage
 	}
 	if msrc != nil {
 		gwOpts.Metrics = msrc
@@ -330,14 +353,29 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	srcDone := make(chan error, 1)
 	go func() { srcDone <- src(srcCtx, gw.SetBackends) }()
 
-	// No WriteTimeout: it would cut long generations (see package gateway).
-	srv := &http.Server{
-		Handler:           gw,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+	handler = gw
+	reportDone := make(chan struct{})
+	busyCtx, stopBusy := context.WithCancel(context.Background())
+	busyDone := make(chan struct{})
+	if reporter != nil {
+		rec.Next = gw
+		handler = rec
+		go func() {
+			defer close(busyDone)
+			usage.SampleBusy(busyCtx, gw.Backends, 200*time.Millisecond, reporter.BusyStart, reporter.BusyEnd)
+		}()
+		go func() { defer close(reportDone); reporter.Run(srcCtx) }()
+	} else {
+		close(busyDone)
+		close(reportDone)
 	}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- serveHTTP(srv, ln, "gateway") }()
+	defer stopBusy()
+	// No WriteTimeout: it would cut long generations (see package gateway).
+	srv := tuning.Server(handler)
+	serveErr := make(chan error, 3)
+	for _, l := range lns {
+		go func() { serveErr <- serveHTTP(srv, l, "gateway") }()
+	}
 	var adminSrv *http.Server
 	if adminLn != nil {
 		mux := http.NewServeMux()
@@ -377,7 +415,12 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	}
 
 	errOut := cmd.ErrOrStderr()
-	fmt.Fprintf(errOut, "tidegpu gateway listening on %s\n", ln.Addr())
+	for _, l := range lns {
+		fmt.Fprintf(errOut, "tidegpu gateway listening on %s\n", l.Addr())
+	}
+	if reporter != nil {
+		fmt.Fprintf(errOut, "tidegpu gateway: reporting usage to %s as replica %s\n", o.reportTo, reporter.Replica())
+	}
 	if adminLn != nil {
 		fmt.Fprintf(errOut, "tidegpu gateway admin (/metrics, /healthz) on %s\n", adminLn.Addr())
 	}
@@ -403,6 +446,18 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		fmt.Fprintf(errOut, "tidegpu gateway: graceful shutdown incomplete after %v: %v\n", gatewayShutdownTimeout, err)
 	}
 	stopSrc()
+	if reporter != nil {
+		// Every request has finished: end the busy periods, then send the
+		// rest and wait for the operator's acknowledgement.
+		stopBusy()
+		<-busyDone
+		<-reportDone
+		flushCtx, cancelFlush := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := reporter.Flush(flushCtx); err != nil {
+			fmt.Fprintf(errOut, "tidegpu gateway: %v\n", err)
+		}
+		cancelFlush()
+	}
 	if adminSrv != nil {
 		_ = adminSrv.Shutdown(shutCtx)
 	}
@@ -483,4 +538,17 @@ func metricsSource(spec, family string) (metrics.Source, error) {
 	default:
 		return nil, fmt.Errorf("invalid --metrics %q: want scrape, prometheus=URL or none", spec)
 	}
+}
+
+// usageReporter returns the reporter of --report-usage-to, or nil.
+func (o *gatewayOptions) usageReporter(logger *slog.Logger, reg prometheus.Registerer) (*usage.Reporter, error) {
+	if o.reportTo == "" {
+		return nil, nil
+	}
+	r, err := usage.NewReporter(usage.ReporterOptions{URL: o.reportTo, Token: os.Getenv("TIDEGPU_ADMIN_TOKEN"),
+		Name: os.Getenv("POD_NAME"), Logger: logger, Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("invalid --report-usage-to: %w", err)
+	}
+	return r, nil
 }

@@ -29,6 +29,7 @@ func NewUpCommand() *cobra.Command {
 		activatorQueue                                           int
 		activatorWait                                            time.Duration
 		insecureAdmin                                            bool
+		tuning                                                   tuningFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE]",
@@ -77,6 +78,10 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			gwTuning, err := tuning.tuning()
+			if err != nil {
+				return err
+			}
 			token := os.Getenv(guard.TokenEnv)
 			// Refuse a public admin address without a token before reading
 			// anything else.
@@ -89,6 +94,7 @@ cluster takes. Bad input is refused before anything starts.`,
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
 				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait, DCGMURL: dcgmURL,
+				Gateway: gwTuning,
 			})
 		},
 	}
@@ -103,6 +109,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	addActivatorFlags(f, &activatorQueue, &activatorWait)
 	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for gpu-utilization autoscaling)")
+	tuning.register(f)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

@@ -13,8 +13,9 @@
 //     market.PriceFallback, never silently.
 //   - Ledger: instance lifetimes with the price in force over time (price
 //     segments), busy time (at least one request in flight, fed from the
-//     gateway's 0->1 / 1->0 transitions or cumulative samples through a
-//     per-instance Meter, cheap on the hot path) and tokens per model. From
+//     gateway's 0->1 / 1->0 transitions, cumulative samples or busy periods
+//     reported by gateway replicas through a per-instance Meter, cheap on
+//     the hot path) and tokens per model. From
 //     these, per pool and window: spend (FOCUS EffectiveCost), the on-demand
 //     equivalent (ListCost), savings, idle cost, run rate, and cost per
 //     million tokens per model on an allocation and a usage basis.

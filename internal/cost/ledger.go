@@ -321,6 +321,9 @@ func (l *Ledger) BusyStart(id string, at time.Time) { l.Meter(id).BusyStart(at) 
 // from 1 to 0.
 func (l *Ledger) BusyEnd(id string, at time.Time) { l.Meter(id).BusyEnd(at) }
 
+// AddBusy is Meter(id).AddBusy.
+func (l *Ledger) AddBusy(id string, from, to time.Time) { l.Meter(id).AddBusy(from, to) }
+
 // AddTokens is Meter(id).AddTokens.
 func (l *Ledger) AddTokens(id, model string, prompt, completion int64, at time.Time) {
 	l.Meter(id).AddTokens(model, prompt, completion, at)

@@ -79,6 +79,21 @@ func (m *Meter) BusyEnd(at time.Time) {
 	m.mu.Unlock()
 }
 
+// AddBusy records that the instance was busy over [from, to), as measured
+// elsewhere (a gateway replica's report). Busy time is kept as one union:
+// the part of the interval before the meter's cursor (already counted, by
+// this or another reporter) is dropped, so overlapping reports from several
+// gateways count their overlap once. An interval arriving after a later
+// one was counted loses the part before that one's end.
+func (m *Meter) AddBusy(from, to time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.addBusyLocked(from.UnixNano(), to.UnixNano())
+	m.mu.Unlock()
+}
+
 // ObserveBusyTotal records a cumulative busy-time counter read at time at
 // (for example a gateway's "seconds with requests in flight" counter). The
 // growth since the previous reading is counted as busy time ending at at

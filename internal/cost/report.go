@@ -539,6 +539,14 @@ func (l *Ledger) Report(pool string, w Window) []PoolReport {
 	return l.reportAt(pool, w, l.clock.Now())
 }
 
+// ReportAt is Report as of now instead of the ledger's clock. A window that
+// ends at now counts the tokens of running instances' current hour in full;
+// Report's own now, read a moment after the caller chose w.To, would see
+// the window cut that hour and count it pro rata.
+func (l *Ledger) ReportAt(pool string, w Window, now time.Time) []PoolReport {
+	return l.reportAt(pool, w, now)
+}
+
 func (ts tallies) reports(w Window) []PoolReport {
 	out := make([]PoolReport, 0, len(ts))
 	for k, t := range ts {

@@ -37,6 +37,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/registrar"
 	"github.com/tidegpu/tidegpu/internal/registrar/builtin"
 	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
+	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
 // Options configure a run.
@@ -50,6 +51,8 @@ type Options struct {
 	// (--insecure-admin): something else guards it.
 	InsecureAdmin bool
 	Policy        string
+	// Gateway is the gateway's limits, timeouts and CORS.
+	Gateway gateway.Tuning
 	// KongSecrets is the Kong admin token and TLS material for pools that
 	// use Kong (from files given on the command line).
 	KongSecrets kongreg.Secrets
@@ -118,11 +121,14 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	// Bind first: a taken port must fail before any instance starts.
-	gwLn, err := net.Listen("tcp", o.GatewayAddr)
+	gwLns, err := gateway.Listen(o.GatewayAddr)
 	if err != nil {
 		return fmt.Errorf("--gateway-addr %s: %w (pick a free address)", o.GatewayAddr, err)
 	}
-	defer gwLn.Close()
+	for _, ln := range gwLns {
+		defer ln.Close()
+	}
+	gwLn := gwLns[0]
 	adminLn, err := net.Listen("tcp", o.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("--admin-addr %s: %w (pick a free address)", o.AdminAddr, err)
@@ -137,10 +143,11 @@ func Run(ctx context.Context, o Options) error {
 	// without them (Ollama) fall back to the gateway's own measurements.
 	// The recorder gets the gateway and the ledger below, before the
 	// gateway serves its first request.
-	usage := &usageRecorder{}
+	tokens := &usage.Recorder{}
 	waker := &lateWaker{}
 	gwOpts := gateway.Options{Policy: o.Policy, Registry: reg, MetricsInterval: 250 * time.Millisecond,
-		OnUsage: usage.streamUsage, Waker: waker, ActivatorQueue: o.ActivatorQueue, ActivatorWait: o.ActivatorWait}
+		OnUsage: tokens.StreamUsage, Waker: waker, ActivatorQueue: o.ActivatorQueue, ActivatorWait: o.ActivatorWait}
+	o.Gateway.Apply(&gwOpts)
 	if !o.NoBackendMetrics {
 		// Backends without /metrics that answer Ollama's /api/ps are
 		// read for their loaded models, without an error.
@@ -291,14 +298,19 @@ func Run(ctx context.Context, o Options) error {
 
 	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
 	go sampler.Run(engineCtx)
-	go meterBusy(engineCtx, gw, ledger, 200*time.Millisecond)
-	usage.next, usage.ledger = gw, ledger
-	gwSrv := &http.Server{Handler: usage, ReadHeaderTimeout: 10 * time.Second}
+	go usage.SampleBusy(engineCtx, gw.Backends, 200*time.Millisecond, ledger.BusyStart, ledger.BusyEnd)
+	tokens.Next = gw
+	tokens.Sink = func(id, model string, prompt, completion int64) {
+		ledger.AddTokens(id, model, prompt, completion, time.Now())
+	}
+	gwSrv := o.Gateway.Server(tokens)
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- serve(gwSrv, gwLn, "gateway") }()
+	serveErr := make(chan error, 3)
+	for _, ln := range gwLns {
+		go func() { serveErr <- serve(gwSrv, ln, "gateway") }()
+	}
 	go func() { serveErr <- serve(adminSrv, adminLn, "admin") }()
 
 	gwURL, adminURL := "http://"+gwLn.Addr().String(), "http://"+adminLn.Addr().String()

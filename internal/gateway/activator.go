@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -145,13 +144,13 @@ func (e *exchange) wake() []string {
 }
 
 // hold waits in the activator for a backend of the woken pools and
-// returns it, or nil with e.failCode set (queue full, wait over) or the
+// returns it, or nil with e.waitErr set (queue full, wait over) or the
 // client gone.
 func (e *exchange) hold(pools []string) *Upstream {
 	g, act := e.g, e.g.act
 	w, ok := act.enqueue(e.pool, pools)
 	if !ok {
-		e.failCode, e.failMsg = http.StatusTooManyRequests, fmt.Sprintf("pool is waking up and %d requests already wait for it: retry later", act.bound)
+		e.waitErr = apiError{http.StatusTooManyRequests, "activator_queue_full", fmt.Sprintf("the pool is waking up and %d requests already wait for it (--activator-queue): retry later", act.bound)}
 		return nil
 	}
 	defer act.leave(e.pool, pools, w)
@@ -186,7 +185,7 @@ func (e *exchange) hold(pools []string) *Upstream {
 			tick = g.clock.NewTimer(act.keepAlive)
 			tickC = tick.C()
 		case <-deadline.C():
-			e.failCode, e.failMsg = http.StatusServiceUnavailable, fmt.Sprintf("no instance of the pool became ready within %s: retry later", act.wait)
+			e.waitErr = apiError{http.StatusServiceUnavailable, "activator_timeout", fmt.Sprintf("no instance of the pool became ready within %s (--activator-wait): retry later", act.wait)}
 			return nil
 		case <-e.r.Context().Done():
 			return nil
@@ -268,16 +267,15 @@ func (e *exchange) keepAlive(k keepKind) bool {
 }
 
 // failKept ends an answer whose status the keep-alives already committed
-// with an error in the stream's own format.
-func (e *exchange) failKept(code int, msg string) {
+// with an error in the stream's own format: an SSE event carrying OpenAI's
+// error object, or an Ollama NDJSON line {"error": ...}.
+func (e *exchange) failKept(ae apiError) {
 	var line []byte
 	if e.keptKind == keepSSE {
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "code": strconv.Itoa(code)}})
-		line = append(append([]byte("data: "), b...), "\n\n"...)
+		line = append(append([]byte("data: "), errorBody("/v1", ae)...), "\n\n"...)
 	} else {
-		b, _ := json.Marshal(map[string]string{"error": msg})
-		line = append(b, '\n')
+		line = append(errorBody("/api", ae), '\n')
 	}
 	_, _ = e.w.Write(line)
-	e.g.metrics.request(noBackend, noBackend, code, time.Since(e.start))
+	e.g.metrics.request(noBackend, noBackend, ae.status, time.Since(e.start))
 }

@@ -24,7 +24,15 @@
 // Once the first byte of a response has been written, the response belongs
 // to that backend: a backend failure mid-stream aborts the client connection
 // (the client sees a truncated response, not a clean end) by panicking with
-// http.ErrAbortHandler, as httputil.ReverseProxy does.
+// http.ErrAbortHandler, as httputil.ReverseProxy does. The same abort
+// ends an answer whose backend falls silent for Options.StreamIdleTimeout.
+//
+// The gateway's own answers (no backend, all failed, body too large, no
+// route) are in the error shape of the client's API: OpenAI's error object
+// under /v1, Ollama's {"error": "..."} elsewhere (apierror.go). With
+// Options.CORS it answers CORS preflights itself and sets the
+// Access-Control-* headers of every answer (cors.go); without, OPTIONS goes
+// to a backend like any request.
 //
 // # Routing
 //

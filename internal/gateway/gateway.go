@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/cors"
 	"k8s.io/utils/clock"
 
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
@@ -144,6 +145,18 @@ type Options struct {
 	// answers a non-streaming request only when the whole generation is
 	// done.
 	ResponseHeaderTimeout time.Duration
+	// StreamIdleTimeout bounds the silence of a backend once its answer
+	// has begun: when no byte of the body arrives for this long, the
+	// attempt is cancelled and the client connection aborted (the answer
+	// is committed, so it cannot be retried). It catches a backend that
+	// hangs mid-stream without closing its connection. 0 means no limit.
+	StreamIdleTimeout time.Duration
+	// CORS, if non-nil, makes the gateway answer CORS preflights itself
+	// (204, without a backend) and add the Access-Control-* headers to
+	// every answer; see CORS. nil: requests, preflights included, pass to
+	// the backends unchanged.
+	CORS *CORS
+
 	// Transport carries requests and probes to the backends. nil means a
 	// transport owned by the gateway, tuned for many keep-alive connections
 	// per backend.
@@ -222,6 +235,8 @@ type Gateway struct {
 	metricsDone     chan struct{}
 	latencyDecay    time.Duration
 	onUsage         UsageFunc // nil: streams' usage is not asked for
+	streamIdle      time.Duration
+	cors            *cors.Cors // nil: CORS passes through
 
 	table  atomic.Pointer[table]
 	splits atomic.Pointer[map[string][]VersionWeight] // nil: no version split
@@ -284,6 +299,7 @@ func New(opts Options) (*Gateway, error) {
 		metricsMaxAge:   opts.MetricsMaxAge,
 		latencyDecay:    opts.LatencyDecay,
 		onUsage:         opts.OnUsage,
+		streamIdle:      opts.StreamIdleTimeout,
 		changed:         make(chan struct{}),
 		kick:            make(chan struct{}, 1),
 	}
@@ -372,6 +388,16 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.ResponseHeaderTimeout < 0 {
 		bad("ResponseHeaderTimeout", "must not be negative, got %v", opts.ResponseHeaderTimeout)
+	}
+	if opts.StreamIdleTimeout < 0 {
+		bad("StreamIdleTimeout", "must not be negative, got %v", opts.StreamIdleTimeout)
+	}
+	if opts.CORS != nil {
+		if err := opts.CORS.validate("gateway: Options.CORS."); err != nil {
+			errs = append(errs, err)
+		} else {
+			g.cors = newCORS(opts.CORS)
+		}
 	}
 	switch {
 	case g.metricsInterval == 0:

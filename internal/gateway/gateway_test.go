@@ -552,7 +552,7 @@ func TestBodyTooLarge413(t *testing.T) {
 	big := strings.Repeat("x", 2048)
 
 	resp, body := h.do(t, http.MethodPost, "/api/chat", big)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || body != `{"error":"request body too large"}` {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || body != `{"error":"request body too large: the gateway accepts at most 1Ki (raise it with --max-body-size)"}` {
 		t.Fatalf("with Content-Length: %d %q", resp.StatusCode, body)
 	}
 	// Chunked, length unknown up front.
@@ -602,7 +602,7 @@ func TestRoutingAndHeaders(t *testing.T) {
 	}
 	hits := a.hits.Load()
 	for _, p := range []string{"/metrics", "/admin", "/apiX", "/ollama-chat/x"} {
-		if resp, body := h.do(t, http.MethodGet, p, ""); resp.StatusCode != http.StatusNotFound || body != `{"error":"no route"}` {
+		if resp, body := h.do(t, http.MethodGet, p, ""); resp.StatusCode != http.StatusNotFound || body != `{"error":"no route: the gateway serves /, /api/*, /v1/* and */ollama-chat"}` {
 			t.Errorf("%s: %d %q", p, resp.StatusCode, body)
 		}
 	}

@@ -15,7 +15,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,12 +62,11 @@ type exchange struct {
 	// stripUsage: the gateway asked the backend for the stream's usage,
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
-	// activated: the activator held the request once. failCode and
-	// failMsg: how it ended the wait (429, 503), if it did. kept: its
+	// activated: the activator held the request once. waitErr: how it
+	// ended the wait (429, 503), if it did (status 0 otherwise). kept: its
 	// keep-alives committed a 200 in keptKind's format.
 	activated bool
-	failCode  int
-	failMsg   string
+	waitErr   apiError
 	kept      bool
 	keptKind  keepKind
 
@@ -79,6 +77,7 @@ type exchange struct {
 // attempt is one try of an exchange on one backend.
 type attempt struct {
 	u       *Upstream
+	ctx     context.Context // the attempt's; cancelled by cancel
 	resp    *http.Response
 	cancel  context.CancelCauseFunc
 	latency time.Duration
@@ -89,23 +88,31 @@ type attempt struct {
 // is committed; see the package documentation.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if g.cors != nil {
+		// Sets the Access-Control-* headers; answers a preflight 204.
+		g.cors.HandlerFunc(w, r)
+		if isPreflight(r) {
+			g.metrics.request(noBackend, noBackend, http.StatusNoContent, time.Since(start))
+			return
+		}
+	}
 	path, rawPath, ok := route(r.URL)
 	if !ok {
-		g.fail(w, start, http.StatusNotFound, "no route")
+		g.fail(w, r, start, errNoRoute)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		g.fail(w, start, http.StatusMethodNotAllowed, "method not allowed")
+		g.fail(w, r, start, errMethod)
 		return
 	}
 	body, code := g.readBody(r)
 	switch code {
 	case 0:
 	case http.StatusRequestEntityTooLarge:
-		g.fail(w, start, code, "request body too large")
+		g.fail(w, r, start, bodyTooLarge(g.maxBody))
 		return
 	default:
-		g.fail(w, start, code, "cannot read request body")
+		g.fail(w, r, start, errBodyUnread)
 		return
 	}
 	stripUsage := false
@@ -156,6 +163,10 @@ func (g *Gateway) readBody(r *http.Request) ([]byte, int) {
 
 var errTooLarge = errors.New("body too large")
 
+// errStreamIdle cancels an attempt whose backend fell silent for
+// Options.StreamIdleTimeout.
+var errStreamIdle = errors.New("stream idle timeout")
+
 // readAtMost reads rd to EOF into a buffer of initial capacity hint, failing
 // with errTooLarge past limit bytes. Reading up to EOF, not just
 // Content-Length bytes, matters: only then does net/http start watching the
@@ -202,22 +213,18 @@ func (e *exchange) serve() {
 			case e.r.Context().Err() != nil:
 				g.metrics.request(noBackend, noBackend, statusClientClosed, time.Since(e.start))
 			case e.kept:
-				msg := e.failMsg
-				if msg == "" {
-					msg = "no ready backend"
+				werr := e.waitErr
+				if werr.status == 0 {
+					werr = errNoBackend
 				}
-				code := e.failCode
-				if code == 0 {
-					code = http.StatusServiceUnavailable
-				}
-				e.failKept(code, msg)
-			case e.failCode != 0:
-				g.failRetry(e.w, e.start, e.failCode, e.failMsg)
+				e.failKept(werr)
+			case e.waitErr.status != 0:
+				g.failRetry(e.w, e.r, e.start, e.waitErr)
 			case attempts == 0:
-				g.fail(e.w, e.start, http.StatusServiceUnavailable, "no ready backend")
+				g.fail(e.w, e.r, e.start, errNoBackend)
 			default:
 				g.log.Warn("gateway: request failed on every backend tried", "tried", len(e.tried), "lastErr", lastErr)
-				g.fail(e.w, e.start, http.StatusBadGateway, "all backends failed")
+				g.fail(e.w, e.r, e.start, errAllFailed)
 			}
 			return
 		}
@@ -406,7 +413,7 @@ func newReplayBody(b []byte) *replayBody {
 // if the probe declares u dead before the response headers arrive.
 func (e *exchange) try(u *Upstream) (attempt, error) {
 	ctx, cancel := context.WithCancelCause(e.r.Context())
-	a := attempt{u: u, cancel: cancel}
+	a := attempt{u: u, ctx: ctx, cancel: cancel}
 	stop := context.AfterFunc(u.life.Load().ctx, func() { cancel(errBackendDown) })
 
 	out := e.tmpl.WithContext(ctx)
@@ -469,13 +476,22 @@ func (e *exchange) commit(a *attempt) {
 		// goes on in the same stream; an error becomes one in its format.
 		if resp.StatusCode != http.StatusOK {
 			msg, _ := readAtMost(resp.Body, 512, 4096)
-			e.failKept(resp.StatusCode, fmt.Sprintf("backend answered %s: %s", resp.Status, bytes.TrimSpace(msg)))
+			e.failKept(apiError{resp.StatusCode, "backend_error", fmt.Sprintf("backend answered %s: %s", resp.Status, bytes.TrimSpace(msg))})
 			return
 		}
 	} else {
 		removeHopHeaders(resp.Header)
 		for k, vv := range resp.Header {
-			h[k] = vv
+			switch {
+			case g.cors == nil:
+				h[k] = vv
+			case isCORSHeader(k):
+				// The gateway's policy, not the backend's.
+			case k == "Vary":
+				h[k] = append(h[k], vv...)
+			default:
+				h[k] = vv
+			}
 		}
 		h[BackendHeader] = u.idHeader
 		if n := len(resp.Trailer); n > 0 {
@@ -500,8 +516,22 @@ func (e *exchange) commit(a *attempt) {
 	bufp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bufp)
 	buf := *bufp
+	// idle cancels the attempt when the backend falls silent; it runs only
+	// while a read waits, so a slow client is not taken for a silent backend.
+	var idle *time.Timer
+	if g.streamIdle > 0 {
+		idle = time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
+		idle.Stop()
+		defer idle.Stop()
+	}
 	for {
+		if idle != nil {
+			idle.Reset(g.streamIdle)
+		}
 		n, rerr := resp.Body.Read(buf)
+		if idle != nil {
+			idle.Stop()
+		}
 		if n > 0 {
 			var werr error
 			if strip != nil {
@@ -528,6 +558,9 @@ func (e *exchange) commit(a *attempt) {
 			if e.r.Context().Err() != nil {
 				return // the client went away, which cancelled the read
 			}
+			if errors.Is(context.Cause(a.ctx), errStreamIdle) {
+				rerr = fmt.Errorf("%w (%v without a byte)", errStreamIdle, g.streamIdle)
+			}
 			g.recordFailure(u, "mid-stream: "+rerr.Error(), false)
 			g.metrics.aborted()
 			g.log.Warn("gateway: backend failed mid-response", "backend", u.id, "pool", u.pool, "err", rerr)
@@ -553,28 +586,12 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// fail answers the client with a gateway error as JSON {"error": msg}.
 // failRetry answers the activator's 429 and 503 with a Retry-After.
-func (g *Gateway) failRetry(w http.ResponseWriter, start time.Time, code int, msg string) {
+func (g *Gateway) failRetry(w http.ResponseWriter, r *http.Request, start time.Time, e apiError) {
 	after := "10"
-	if code == http.StatusTooManyRequests {
+	if e.status == http.StatusTooManyRequests {
 		after = "5"
 	}
 	w.Header().Set("Retry-After", after)
-	g.fail(w, start, code, msg)
-}
-
-func (g *Gateway) fail(w http.ResponseWriter, start time.Time, code int, msg string) {
-	body, _ := json.Marshal(struct {
-		Error string `json:"error"`
-	}{msg})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	if code == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
-		h.Set("Retry-After", "1")
-	}
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
-	g.metrics.request(noBackend, noBackend, code, time.Since(start))
+	g.fail(w, r, start, e)
 }

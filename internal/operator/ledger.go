@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,18 +14,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
-// ledgerKey is the data key of the ledger's ConfigMap.
-const ledgerKey = "ledger.json"
+// ledgerKey and seqsKey are the data keys of the ledger's ConfigMap: the
+// ledger, and the gateway replicas' last usage batches counted in it
+// (saved together, so that a batch is counted once across a restart).
+const (
+	ledgerKey = "ledger.json"
+	seqsKey   = "usage-seqs.json"
+)
 
 // ledgerStore keeps the cost ledger in a ConfigMap, so spend survives
 // operator restarts and leader changes. It restores once at start and
 // saves every interval and on stop. Only the leader runs it.
 type ledgerStore struct {
-	client   client.Client
-	reader   client.Reader
-	ledger   *cost.Ledger
+	client client.Client
+	reader client.Reader
+	ledger *cost.Ledger
+	usage  *usage.Ingest
+	// restored is set once the ledger is restored (or found absent): the
+	// usage ingest waits for it.
+	restored *atomic.Bool
 	name     types.NamespacedName
 	interval time.Duration
 	logger   *slog.Logger
@@ -42,11 +53,16 @@ func (s *ledgerStore) Start(ctx context.Context) error {
 		if b, ok := cm.BinaryData[ledgerKey]; ok {
 			if err := s.ledger.Restore(b); err != nil {
 				s.logger.Error("restoring the cost ledger: starting afresh", "configmap", s.name, "err", err)
+			} else if seqs, ok := cm.BinaryData[seqsKey]; ok {
+				if err := s.usage.Restore(seqs); err != nil {
+					s.logger.Error("restoring the gateway replicas' usage seqs: a batch resent now may count twice", "configmap", s.name, "err", err)
+				}
 			}
 		}
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading the cost ledger ConfigMap %s: %w", s.name, err)
 	}
+	s.restored.Store(true)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -63,7 +79,7 @@ func (s *ledgerStore) Start(ctx context.Context) error {
 }
 
 func (s *ledgerStore) save(ctx context.Context) {
-	b, err := s.ledger.Snapshot()
+	b, seqs, err := s.usage.Snapshot(s.ledger.Snapshot)
 	if err != nil {
 		s.logger.Warn("snapshotting the cost ledger", "err", err)
 		return
@@ -74,10 +90,10 @@ func (s *ledgerStore) save(ctx context.Context) {
 	err = s.reader.Get(ctx, s.name, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
-		cm.BinaryData = map[string][]byte{ledgerKey: b}
+		cm.BinaryData = map[string][]byte{ledgerKey: b, seqsKey: seqs}
 		err = s.client.Create(ctx, cm)
 	case err == nil:
-		cur.BinaryData = map[string][]byte{ledgerKey: b}
+		cur.BinaryData = map[string][]byte{ledgerKey: b, seqsKey: seqs}
 		err = s.client.Update(ctx, &cur)
 	}
 	if err != nil {

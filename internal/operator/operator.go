@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -50,6 +51,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/provider/tencent"
 	"github.com/tidegpu/tidegpu/internal/registrar"
 	"github.com/tidegpu/tidegpu/internal/scheme"
+	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
 // Scheme knows the built-in types and ours (internal/scheme).
@@ -129,8 +131,26 @@ func Run(ctx context.Context, o Options) error {
 	rec := events.NewRecorder(5000, nil, o.Logger)
 	ledger := cost.NewLedger(cost.Options{})
 	crmetrics.Registry.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
-	if o.LedgerNamespace != "" {
-		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger,
+	// The standalone gateway replicas' tokens and busy time (see
+	// usage.Reporter) come in through the admin API.
+	// They are taken only where the ledger is kept: on the leader, once
+	// the ledger is restored.
+	ingest := usage.NewIngest(ledger, nil, o.Logger)
+	var ledgerReady atomic.Bool
+	ingest.Gate(ledgerReady.Load)
+	if err := ingest.Register(crmetrics.Registry); err != nil {
+		return fmt.Errorf("usage ingest metrics: %w", err)
+	}
+	if o.LedgerNamespace == "" {
+		go func() {
+			select {
+			case <-mgr.Elected():
+				ledgerReady.Store(true)
+			case <-ctx.Done():
+			}
+		}()
+	} else {
+		if err := mgr.Add(&ledgerStore{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ledger: ledger, usage: ingest, restored: &ledgerReady,
 			name:     types.NamespacedName{Namespace: o.LedgerNamespace, Name: "tidegpu-cost-ledger"},
 			interval: time.Minute, logger: o.Logger}); err != nil {
 			return err
@@ -227,6 +247,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 			Pools: engines, Events: rec, Gatherer: prometheus.Gatherers{crmetrics.Registry}, Token: o.AdminToken, Ledger: ledger,
+			Usage:     ingest,
 			Dashboard: dashboard.Handler(dashboard.Options{Pools: engines, Events: rec})})}
 		if err := mgr.Add(serveRunnable(srv, ln, "", "")); err != nil {
 			return err

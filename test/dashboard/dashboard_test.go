@@ -2,7 +2,9 @@
 // dashboard in headless Chromium over the DevTools protocol, as a user
 // would: give the admin token, see the pool and its instances, reclaim one
 // with the page's button, and see the replacement appear. It saves
-// screenshots (into docs/img with TIDEGPU_UPDATE_SCREENSHOTS=1).
+// screenshots (into docs/img with TIDEGPU_UPDATE_SCREENSHOTS=1). It also opens
+// a page of another origin that calls `tidegpu gateway` with fetch, to see
+// the gateway answer the CORS preflight.
 package dashboard
 
 import (

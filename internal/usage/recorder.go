@@ -1,15 +1,22 @@
-package embedded
+// Package usage counts the tokens a gateway serves and brings them to the
+// cost ledger: the Recorder reads each answer's token counts (and the usage
+// chunks the gateway removed from streams) for the backend that served it;
+// SampleBusy turns the gateway's in-flight counts into busy periods; in
+// `tidegpu up` both feed the ledger directly, and a standalone gateway
+// replica sends them to the operator's ledger with a Reporter, where an
+// Ingest counts each batch once.
+package usage
 
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strconv"
 	"time"
 
-	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/gateway"
 )
 
@@ -18,33 +25,66 @@ import (
 // answer).
 const tailSize = 4096
 
-// usageRecorder wraps the gateway and, after each answer, records the
-// tokens it carried (Ollama prompt_eval_count/eval_count, OpenAI usage) in
-// the cost ledger for the backend that served it (X-Tidegpu-Backend). The
-// usage of OpenAI streams whose client did not ask for it never reaches the
-// client, so never the tail: the gateway hands it to streamUsage
-// (gateway.Options.OnUsage) instead.
-type usageRecorder struct {
-	next   http.Handler
-	ledger *cost.Ledger
+// Sink receives the tokens of one answer served by a backend.
+type Sink func(backendID, model string, prompt, completion int64)
+
+// Recorder wraps the gateway and, after each answer, gives Sink the tokens
+// it carried (Ollama prompt_eval_count/eval_count, OpenAI chat and
+// completions usage, Responses usage, embeddings' prompt tokens) for the
+// backend that served it (X-Tidegpu-Backend). The usage of OpenAI streams
+// whose client did not ask for it never reaches the client, so never the
+// tail: the gateway hands it to StreamUsage (gateway.Options.OnUsage)
+// instead. Each answer's tokens reach Sink once.
+type Recorder struct {
+	// Next is the gateway; set before the first request.
+	Next http.Handler
+	// Sink gets the counts; set before the first request.
+	Sink Sink
 }
 
-// streamUsage records the usage chunk the gateway removed from a stream;
+// StreamUsage records the usage chunk the gateway removed from a stream;
 // it is the gateway's Options.OnUsage.
-func (u *usageRecorder) streamUsage(backendID, model string, prompt, completion int64) {
-	u.ledger.AddTokens(backendID, model, prompt, completion, time.Now())
+func (u *Recorder) StreamUsage(backendID, model string, prompt, completion int64) {
+	u.Sink(backendID, model, prompt, completion)
 }
 
-func (u *usageRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (u *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tw := &tailWriter{ResponseWriter: w}
-	u.next.ServeHTTP(tw, r)
+	var head *headReader
+	if r.Body != nil && r.Body != http.NoBody {
+		head = &headReader{ReadCloser: r.Body}
+		r.Body = head
+	}
+	u.Next.ServeHTTP(tw, r)
 	id := w.Header().Get(gateway.BackendHeader)
 	if id == "" || tw.status >= 300 {
 		return
 	}
 	if model, prompt, completion, ok := ParseUsage(tw.tail()); ok {
-		u.ledger.AddTokens(id, model, prompt, completion, time.Now())
+		if model == "" && head != nil {
+			// A long answer (embeddings) names its model only at its
+			// start: take the request's.
+			if m := reModel.FindSubmatch(head.buf); m != nil {
+				model = string(m[1])
+			}
+		}
+		u.Sink(id, model, prompt, completion)
 	}
+}
+
+// headReader passes a request body through and keeps its first tailSize
+// bytes, where clients put "model".
+type headReader struct {
+	io.ReadCloser
+	buf []byte
+}
+
+func (h *headReader) Read(p []byte) (int, error) {
+	n, err := h.ReadCloser.Read(p)
+	if room := tailSize - len(h.buf); room > 0 {
+		h.buf = append(h.buf, p[:min(n, room)]...)
+	}
+	return n, err
 }
 
 // tailWriter passes everything through and keeps the last tailSize bytes.
@@ -157,11 +197,11 @@ func ParseUsage(tail []byte) (model string, prompt, completion int64, ok bool) {
 	return model, 0, 0, false
 }
 
-// meterBusy samples the gateway's in-flight counts and tells the ledger when
-// each backend turns busy or idle, so idle cost and usage-based $/Mtok know
-// when instances served. Sampling every interval bounds the error of each
-// busy period to one interval.
-func meterBusy(ctx context.Context, gw *gateway.Gateway, l *cost.Ledger, every time.Duration) {
+// SampleBusy samples the gateway's in-flight counts every interval and calls
+// start when a backend turns busy (a request in flight) and end when it
+// turns idle or disappears, until ctx ends, when it ends every busy period.
+// Sampling bounds the error of each busy period to one interval.
+func SampleBusy(ctx context.Context, backends func() []gateway.BackendStatus, every time.Duration, start, end func(id string, at time.Time)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	busy := map[string]bool{}
@@ -171,27 +211,27 @@ func meterBusy(ctx context.Context, gw *gateway.Gateway, l *cost.Ledger, every t
 			now := time.Now()
 			for id, b := range busy {
 				if b {
-					l.BusyEnd(id, now)
+					end(id, now)
 				}
 			}
 			return
 		case now := <-t.C:
 			seen := map[string]bool{}
-			for _, b := range gw.Backends() {
+			for _, b := range backends() {
 				seen[b.ID] = true
 				on := b.InFlight > 0
 				switch {
 				case on && !busy[b.ID]:
-					l.BusyStart(b.ID, now)
+					start(b.ID, now)
 				case !on && busy[b.ID]:
-					l.BusyEnd(b.ID, now)
+					end(b.ID, now)
 				}
 				busy[b.ID] = on
 			}
 			for id, b := range busy {
 				if !seen[id] {
 					if b {
-						l.BusyEnd(id, now)
+						end(id, now)
 					}
 					delete(busy, id)
 				}

@@ -1,4 +1,4 @@
-package embedded
+package usage
 
 import (
 	"bytes"
@@ -107,13 +107,13 @@ func TestStreamUsageReachesTheLedger(t *testing.T) {
 	if err := ledger.Start(info, start, eff, list); err != nil {
 		t.Fatal(err)
 	}
-	rec := &usageRecorder{ledger: ledger}
-	gw, err := gateway.New(gateway.Options{ProbeInterval: -1, WaitForBackend: -1, OnUsage: rec.streamUsage})
+	rec := &Recorder{Sink: func(id, model string, p, c int64) { ledger.AddTokens(id, model, p, c, time.Now()) }}
+	gw, err := gateway.New(gateway.Options{ProbeInterval: -1, WaitForBackend: -1, OnUsage: rec.StreamUsage})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Close)
-	rec.next = gw
+	rec.Next = gw
 	gw.SetBackends("chat", []gateway.Backend{{ID: "i-1", Pool: "chat", Address: strings.TrimPrefix(backend.URL, "http://")}})
 	front := httptest.NewServer(rec)
 	t.Cleanup(front.Close)

@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Defaults of the gateway's HTTP server (Tuning).
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+)
+
+// Tuning is what a user sets of a gateway process: its limits, timeouts and
+// CORS, the same for `tidegpu gateway` and `tidegpu up` (docs/guide.md
+// lists them in one table). The zero value is the defaults.
+type Tuning struct {
+	// MaxBodyBytes bounds a request body (Options.MaxBodyBytes).
+	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading a client's request headers; 0 means
+	// DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a client's keep-alive connection idle this long;
+	// 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// BackendHeaderTimeout bounds the wait for a backend's response
+	// headers (Options.ResponseHeaderTimeout); 0 means none.
+	BackendHeaderTimeout time.Duration
+	// StreamIdleTimeout bounds a backend's silence mid-answer
+	// (Options.StreamIdleTimeout); 0 means none.
+	StreamIdleTimeout time.Duration
+	// CORS is Options.CORS.
+	CORS *CORS
+}
+
+// Apply sets t's gateway fields in o.
+func (t Tuning) Apply(o *Options) {
+	o.MaxBodyBytes = t.MaxBodyBytes
+	o.ResponseHeaderTimeout = t.BackendHeaderTimeout
+	o.StreamIdleTimeout = t.StreamIdleTimeout
+	o.CORS = t.CORS
+}
+
+// Server returns the HTTP server of a gateway handler h with t's timeouts.
+// It has no ReadTimeout or WriteTimeout: they would cut long uploads and
+// long generations; the body limit and StreamIdleTimeout bound those.
+func (t Tuning) Server(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cmp(t.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		IdleTimeout:       cmp(t.IdleTimeout, DefaultIdleTimeout),
+	}
+}
+
+// Listen listens on the TCP address addr. When its host is "localhost" it
+// listens on the IPv4 and the IPv6 loopback, 127.0.0.1 and [::1], on one
+// port (with port 0, the one the first got), since "localhost" resolves to
+// either; [::1] is left out, without error, on a machine that has no IPv6
+// loopback. Any other address is one listener, as net.Listen has it.
+func Listen(addr string) ([]net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "localhost" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return []net.Listener{ln}, nil
+	}
+	v4, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		return nil, err
+	}
+	p := strconv.Itoa(v4.Addr().(*net.TCPAddr).Port)
+	v6, err := net.Listen("tcp6", net.JoinHostPort("::1", p))
+	switch {
+	case err == nil:
+		return []net.Listener{v4, v6}, nil
+	case noIPv6(err):
+		return []net.Listener{v4}, nil
+	}
+	_ = v4.Close()
+	return nil, err
+}
+
+// noIPv6 reports whether a listen error means the machine has no IPv6
+// loopback (no address ::1, or IPv6 off), not that the port is taken.
+func noIPv6(err error) bool {
+	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT) ||
+		errors.Is(err, syscall.EPROTONOSUPPORT)
+}
