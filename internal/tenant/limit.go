@@ -75,5 +75,7 @@ func (b *Bucket) until(want float64) time.Duration {
 	if b.level >= want {
 		return 0
 	}
-	return time.Duration(math.Ceil((want - b.level) / float64(b.Limit) * float64(time.Minute)))
+	// In whole milliseconds, rounded up (less a hair of float error).
+	ms := (want - b.level) / float64(b.Limit) * float64(time.Minute/time.Millisecond)
+	return time.Duration(math.Ceil(ms-1e-6)) * time.Millisecond
 }
