@@ -22,9 +22,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidegpu/tidegpu/internal/dashboard"
+	"github.com/tidegpu/tidegpu/internal/embedded"
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/gateway/kubesource"
 	"github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/tenant"
 )
 
 // gatewayShutdownTimeout bounds the graceful shutdown of `tidegpu gateway`:
@@ -49,6 +51,7 @@ type gatewayOptions struct {
 	adminAddr      string
 	policy         string
 	logLevel       string
+	keysFile       string
 }
 
 // backendSource publishes the gateway's backends through publish and keeps
@@ -108,6 +111,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f.StringVar(&o.family, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
 	addActivatorFlags(f, &o.activatorQueue, &o.activatorWait)
+	f.StringVar(&o.keysFile, "keys-file", "", keysFileUsage+" (in a cluster, mount it from a Secret)")
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
@@ -304,11 +308,26 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if msrc != nil {
 		gwOpts.Metrics = msrc
 	}
+	keys, err := loadKeys(o.keysFile)
+	if err != nil {
+		return err
+	}
+	if keys != nil && gwOpts.OnUsage == nil {
+		// Ask streams for their usage, so that the token limits settle
+		// with real counts (the tenant middleware gets them by hook).
+		gwOpts.OnUsage = func(string, string, int64, int64) {}
+	}
 	gw, err := gateway.New(gwOpts)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer gw.Close()
+	var gwHandler http.Handler = gw
+	if keys != nil {
+		if gwHandler, err = tenant.Middleware(gw, keys, tenant.Options{ParseUsage: embedded.ParseUsage, Registerer: reg}); err != nil {
+			return fmt.Errorf("--keys-file: %w", err)
+		}
+	}
 
 	// The source runs until srcCtx ends; its error (if it gives up) stops
 	// the gateway.
@@ -319,7 +338,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 
 	// No WriteTimeout: it would cut long generations (see package gateway).
 	srv := &http.Server{
-		Handler:           gw,
+		Handler:           gwHandler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}

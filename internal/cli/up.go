@@ -25,6 +25,7 @@ func NewUpCommand() *cobra.Command {
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
 		metricsFamily                                            string
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
+		keysFile                                                 string
 		activatorQueue                                           int
 		activatorWait                                            time.Duration
 	)
@@ -67,6 +68,10 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			keys, err := loadKeys(keysFile)
+			if err != nil {
+				return err
+			}
 			token := os.Getenv("TIDEGPU_ADMIN_TOKEN")
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -74,6 +79,7 @@ cluster takes. Bad input is refused before anything starts.`,
 				Pools: pools, GatewayAddr: gatewayAddr, AdminAddr: adminAddr, StateDir: stateDir,
 				AdminToken: token, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait,
+				Keys: keys,
 			})
 		},
 	}
@@ -86,6 +92,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	addActivatorFlags(f, &activatorQueue, &activatorWait)
+	f.StringVar(&keysFile, "keys-file", "", keysFileUsage)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

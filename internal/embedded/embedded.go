@@ -36,6 +36,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/registrar"
 	"github.com/tidegpu/tidegpu/internal/registrar/builtin"
 	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
+	"github.com/tidegpu/tidegpu/internal/tenant"
 )
 
 // Options configure a run.
@@ -62,6 +63,9 @@ type Options struct {
 	// for a pool at zero while it wakes (0: the gateway's defaults).
 	ActivatorQueue int
 	ActivatorWait  time.Duration
+	// Keys, if non-nil, are the API keys the gateway requires (package
+	// tenant); nil serves every request without a key.
+	Keys *tenant.Keys
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -143,6 +147,13 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer gw.Close()
+
+	var gwHandler http.Handler = usage
+	if o.Keys != nil {
+		if gwHandler, err = tenant.Middleware(usage, o.Keys, tenant.Options{ParseUsage: ParseUsage, Registerer: reg}); err != nil {
+			return fmt.Errorf("--keys-file: %w", err)
+		}
+	}
 
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir %s: %w", o.StateDir, err)
@@ -276,7 +287,7 @@ func Run(ctx context.Context, o Options) error {
 	go sampler.Run(engineCtx)
 	go meterBusy(engineCtx, gw, ledger, 200*time.Millisecond)
 	usage.next, usage.ledger = gw, ledger
-	gwSrv := &http.Server{Handler: usage, ReadHeaderTimeout: 10 * time.Second}
+	gwSrv := &http.Server{Handler: gwHandler, ReadHeaderTimeout: 10 * time.Second}
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}
