@@ -37,8 +37,13 @@ import (
 //	      tokensPerMinute: 100000
 //	      concurrent: 8
 //	      monthlyBudget: "250.00"   # USD; parsed and validated, not enforced yet
+//
+// forwardKey: true (top level) keeps the key headers on the requests to the
+// backends (for backends that check keys themselves); by default they are
+// removed.
 type File struct {
-	Keys []KeySpec `json:"keys"`
+	ForwardKey bool      `json:"forwardKey,omitempty"`
+	Keys       []KeySpec `json:"keys"`
 }
 
 // KeySpec is one key of the file.
@@ -85,7 +90,8 @@ type Key struct {
 
 // Keys is a validated set of keys.
 type Keys struct {
-	keys []*Key
+	keys       []*Key
+	forwardKey bool
 }
 
 // Len is the number of keys.
@@ -149,7 +155,7 @@ func Parse(b []byte) (*Keys, error) {
 	if len(f.Keys) == 0 {
 		return nil, fmt.Errorf("keys: no key: give at least one {name, sha256, tenant}")
 	}
-	ks := &Keys{}
+	ks := &Keys{forwardKey: f.ForwardKey}
 	names := map[string]bool{}
 	digests := map[[sha256.Size]byte]string{}
 	for i, s := range f.Keys {

@@ -26,7 +26,8 @@ type Options struct {
 	// A larger body is passed on unread, for the gateway to refuse.
 	MaxBodyBytes int64
 	// ForwardKey keeps the key headers (Authorization, x-api-key) on the
-	// request to the backend; by default they are removed.
+	// request to the backend, as the keys file's forwardKey does; by
+	// default they are removed.
 	ForwardKey bool
 	// ParseUsage reads the token counts from the end of an answer (the
 	// cost ledger's parser); nil: only the usage of streams the gateway
@@ -54,6 +55,7 @@ func Middleware(next http.Handler, keys *Keys, opts Options) (http.Handler, erro
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.ForwardKey = opts.ForwardKey || keys.forwardKey
 	m := &middleware{next: next, keys: keys, opts: opts, lim: NewLimiter(keys),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidegpu_gateway_tenant_requests_total",

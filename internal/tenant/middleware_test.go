@@ -212,10 +212,18 @@ func TestMiddlewareStripsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, forward := range []bool{false, true} {
+	fwd, err := Parse([]byte("forwardKey: true\nkeys:\n- {name: a, sha256: " + Hash("sk-a") + ", tenant: t}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, forward := range []bool{false, true, true} {
 		var seen http.Header
 		sink := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.Header.Clone() })
-		h, err := Middleware(sink, ks, Options{ForwardKey: forward})
+		keys, o := ks, Options{ForwardKey: forward}
+		if i == 2 {
+			keys, o = fwd, Options{}
+		}
+		h, err := Middleware(sink, keys, o)
 		if err != nil {
 			t.Fatal(err)
 		}
