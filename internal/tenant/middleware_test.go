@@ -260,3 +260,51 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	t.Fatalf("no %s%v", name, labels)
 	return nil
 }
+
+func TestParseRequest(t *testing.T) {
+	for _, tc := range []struct {
+		body     string
+		whole    bool
+		model    string
+		estimate int64
+	}{
+		{`{"model":"m","max_tokens":10}`, true, "m", 8 + 10},
+		{`{"model":"m","options":{"num_predict":100}}`, true, "m", 11 + 100},
+		{`{"model":"m","max_completion_tokens":5,"max_tokens":7}`, true, "m", 14 + 7},
+		{`{"model":"m","max_tokens":-5}`, true, "m", 8},
+		{`not json`, true, "", 2},
+		{`{"model":"m"}`, false, "", 4},
+		{``, true, "", 0},
+	} {
+		q := parseRequest([]byte(tc.body), tc.whole)
+		if q.model != tc.model || q.estimate != tc.estimate {
+			t.Errorf("parseRequest(%s, %v) = %+v, want model %q estimate %d", tc.body, tc.whole, q, tc.model, tc.estimate)
+		}
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","max_tokens":10,"options":{"num_predict":9}}`))
+	f.Add([]byte(`{"max_output_tokens":99999999999999999}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q := parseRequest(b, true)
+		if q.estimate < int64(len(b)/4) || q.estimate > int64(len(b))+1<<40 {
+			t.Fatalf("estimate %d for %d bytes", q.estimate, len(b))
+		}
+	})
+}
+
+func FuzzPresentedKey(f *testing.F) {
+	f.Add("Bearer sk-a", "")
+	f.Add("Basic x", "sk-b")
+	f.Add("bearer  ", " ")
+	f.Fuzz(func(t *testing.T, auth, apiKey string) {
+		h := http.Header{}
+		h.Set("Authorization", auth)
+		h.Set("X-Api-Key", apiKey)
+		k, ok := presentedKey(h)
+		if ok != (k != "") || (ok && strings.TrimSpace(k) != k) {
+			t.Fatalf("presentedKey(%q, %q) = %q, %v", auth, apiKey, k, ok)
+		}
+	})
+}
