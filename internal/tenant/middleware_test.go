@@ -308,3 +308,52 @@ func FuzzPresentedKey(f *testing.F) {
 		}
 	})
 }
+
+// A key at its concurrent limit gets 429 until a request ends; a stream
+// holds its slot until its end.
+func TestMiddlewareConcurrent(t *testing.T) {
+	ks, err := Parse([]byte("keys:\n- {name: a, sha256: " + Hash("sk-a") + ", tenant: t, limits: {concurrent: 1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, started := make(chan struct{}), make(chan struct{})
+	sink := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/generate" {
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			close(started)
+			<-release
+		}
+	})
+	h, err := Middleware(sink, ks, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	first := make(chan int)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/generate", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("X-Api-Key", "sk-a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-started
+	resp, body := do(t, srv, "/v1/models", ``, hdr("x-api-key", "sk-a"))
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, `"type":"concurrent"`) {
+		t.Fatalf("second request: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	close(release)
+	if code := <-first; code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	if resp, body := do(t, srv, "/v1/models", ``, hdr("x-api-key", "sk-a")); resp.StatusCode != 200 {
+		t.Fatalf("after the first ended: %d %s", resp.StatusCode, body)
+	}
+}
