@@ -26,6 +26,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/gateway/kubesource"
 	"github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/tenant"
 	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
@@ -58,6 +59,7 @@ type gatewayOptions struct {
 
 	// insecureAdmin serves a public --admin-addr without a token.
 	insecureAdmin bool
+	keysFile      string
 }
 
 // backendSource publishes the gateway's backends through publish and keeps
@@ -121,6 +123,7 @@ every admin path but /healthz requires "Authorization: Bearer TOKEN"; an
 	f.StringVar(&o.dcgmURL, "dcgm-url", "", dcgmURLUsage)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "follow the TidePools' Ready instances from this cluster (in a pod, the service account is used when no --backend is given)")
 	addActivatorFlags(f, &o.activatorQueue, &o.activatorWait)
+	f.StringVar(&o.keysFile, "keys-file", "", keysFileUsage+" (in a cluster, mount it from a Secret)")
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
@@ -340,6 +343,15 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if msrc != nil {
 		gwOpts.Metrics = msrc
 	}
+	keys, err := loadKeys(o.keysFile)
+	if err != nil {
+		return err
+	}
+	if keys != nil && gwOpts.OnUsage == nil {
+		// Ask streams for their usage, so that the token limits settle
+		// with real counts (the tenant middleware gets them by hook).
+		gwOpts.OnUsage = func(string, string, int64, int64) {}
+	}
 	gw, err := gateway.New(gwOpts)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -370,6 +382,12 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		close(reportDone)
 	}
 	defer stopBusy()
+	if keys != nil {
+		// API keys and their limits in front of everything else.
+		if handler, err = tenant.Middleware(handler, keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg}); err != nil {
+			return fmt.Errorf("--keys-file: %w", err)
+		}
+	}
 	// No WriteTimeout: it would cut long generations (see package gateway).
 	srv := tuning.Server(handler)
 	serveErr := make(chan error, 3)

@@ -40,7 +40,7 @@ Then look:                      tidegpu status`,
 		SilenceErrors: true,
 		Version:       version(),
 	}
-	root.AddCommand(NewUpCommand(), NewSimCommand(), NewStatusCommand(), NewOperatorCommand(), NewGatewayCommand(), NewCostCommand(), NewReplayCommand(), NewAgentCommand())
+	root.AddCommand(NewUpCommand(), NewSimCommand(), NewStatusCommand(), NewOperatorCommand(), NewGatewayCommand(), NewCostCommand(), NewReplayCommand(), NewAgentCommand(), NewKeysCommand())
 	return root
 }
 

@@ -26,6 +26,7 @@ func NewUpCommand() *cobra.Command {
 		file, gatewayAddr, adminAddr, stateDir, policy, logLevel string
 		metricsFamily, dcgmURL                                   string
 		kongTokenFile, kongCAFile, kongCertFile, kongKeyFile     string
+		keysFile                                                 string
 		activatorQueue                                           int
 		activatorWait                                            time.Duration
 		insecureAdmin                                            bool
@@ -82,6 +83,10 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			keys, err := loadKeys(keysFile)
+			if err != nil {
+				return err
+			}
 			token := os.Getenv(guard.TokenEnv)
 			// Refuse a public admin address without a token before reading
 			// anything else.
@@ -95,6 +100,7 @@ cluster takes. Bad input is refused before anything starts.`,
 				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait, DCGMURL: dcgmURL,
 				Gateway: gwTuning,
+				Keys:    keys,
 			})
 		},
 	}
@@ -110,6 +116,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	addActivatorFlags(f, &activatorQueue, &activatorWait)
 	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for gpu-utilization autoscaling)")
 	tuning.register(f)
+	f.StringVar(&keysFile, "keys-file", "", keysFileUsage)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")
 	f.StringVar(&kongCertFile, "kong-cert-file", "", "PEM client certificate for mTLS to Kong's Admin API")

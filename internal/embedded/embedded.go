@@ -37,6 +37,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/registrar"
 	"github.com/tidegpu/tidegpu/internal/registrar/builtin"
 	kongreg "github.com/tidegpu/tidegpu/internal/registrar/kong"
+	"github.com/tidegpu/tidegpu/internal/tenant"
 	"github.com/tidegpu/tidegpu/internal/usage"
 )
 
@@ -73,6 +74,9 @@ type Options struct {
 	// metrics.DCGMOptions.URL) to the backends' metrics, for
 	// gpu-utilization autoscaling.
 	DCGMURL string
+	// Keys, if non-nil, are the API keys the gateway requires (package
+	// tenant); nil serves every request without a key.
+	Keys *tenant.Keys
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -167,6 +171,13 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer gw.Close()
+
+	var gwHandler http.Handler = tokens
+	if o.Keys != nil {
+		if gwHandler, err = tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg}); err != nil {
+			return fmt.Errorf("--keys-file: %w", err)
+		}
+	}
 
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir %s: %w", o.StateDir, err)
@@ -303,7 +314,7 @@ func Run(ctx context.Context, o Options) error {
 	tokens.Sink = func(id, model string, prompt, completion int64) {
 		ledger.AddTokens(id, model, prompt, completion, time.Now())
 	}
-	gwSrv := o.Gateway.Server(tokens)
+	gwSrv := o.Gateway.Server(gwHandler)
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}

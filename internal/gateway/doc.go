@@ -83,7 +83,9 @@
 // data: [DONE] whose choices are empty) goes to OnUsage instead of the
 // client. Other bodies (not streamed, not a JSON object, already asking)
 // pass unchanged. The client's other chunks carry "usage": null, as the
-// OpenAI API sends them when asked.
+// OpenAI API sends them when asked. The chunk also goes to the UsageFunc
+// the request's context carries (WithUsageHook), so that a handler in front
+// of the gateway can tell whose request it was.
 //
 // A server that serves a Gateway must not set http.Server.WriteTimeout (it
 // would cut long generations), and a panic-recovering middleware in front of

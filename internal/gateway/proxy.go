@@ -460,7 +460,7 @@ func (e *exchange) commit(a *attempt) {
 	g, u, resp := e.g, a.u, a.resp
 	var strip *usageStrip
 	if e.stripUsage && resp.StatusCode == http.StatusOK && hasPrefixFold(resp.Header.Get("Content-Type"), "text/event-stream") {
-		strip = &usageStrip{report: g.onUsage, backend: u.id, reqBody: e.body}
+		strip = &usageStrip{report: withUsageHook(e.r.Context(), g.onUsage), backend: u.id, reqBody: e.body}
 	}
 	defer func() {
 		_ = resp.Body.Close()

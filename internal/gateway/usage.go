@@ -12,6 +12,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 )
@@ -225,4 +226,27 @@ func (s *usageStrip) usage(ev []byte) bool {
 		s.report(s.backend, s.model, s.prompt, s.compl)
 	}
 	return true
+}
+
+type usageHookKey struct{}
+
+// WithUsageHook returns a copy of ctx that carries fn: the usage chunk the
+// gateway removes from the stream of a request with this context goes to fn
+// as well as to Options.OnUsage. It lets a handler in front of the gateway
+// (the tenant middleware) learn the tokens of the requests it passed on.
+// Streams are asked for their usage only when Options.OnUsage is set.
+func WithUsageHook(ctx context.Context, fn UsageFunc) context.Context {
+	return context.WithValue(ctx, usageHookKey{}, fn)
+}
+
+// withUsageHook returns report, followed by the hook ctx carries, if any.
+func withUsageHook(ctx context.Context, report UsageFunc) UsageFunc {
+	hook, _ := ctx.Value(usageHookKey{}).(UsageFunc)
+	if hook == nil || report == nil {
+		return report
+	}
+	return func(backendID, model string, prompt, completion int64) {
+		report(backendID, model, prompt, completion)
+		hook(backendID, model, prompt, completion)
+	}
 }
