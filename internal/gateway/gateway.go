@@ -63,8 +63,8 @@ type Backend struct {
 // Options configures a Gateway. The zero value is valid: every zero field
 // takes its default.
 type Options struct {
-	// Policy is "p2c" (the default), "least-request", "round-robin" or
-	// "weighted"; see PolicyNames.
+	// Policy is "prefix-aware" (the default), "least-cost", "p2c",
+	// "least-request", "round-robin" or "weighted"; see PolicyNames.
 	Policy string
 	// CustomPolicy, if non-nil, is used instead of the one named by Policy.
 	CustomPolicy Policy
@@ -169,6 +169,7 @@ type Options struct {
 // concurrent use.
 type Gateway struct {
 	policy        Policy
+	prefix        *PrefixAware // g.policy, if it is one: it gets the prompt
 	transport     http.RoundTripper
 	ownTransport  *http.Transport
 	probeOnce     sync.Once
@@ -353,6 +354,27 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	var pa *PrefixAware
+	switch p := g.policy.(type) {
+	case *PrefixAware:
+		pa = p
+	case *LeastCost:
+		pa = &p.PrefixAware
+	}
+	if pa != nil {
+		if pa.Clock == nil {
+			pa.Clock = g.clock
+		}
+		if pa.MaxAge == 0 {
+			pa.MaxAge = g.metricsMaxAge
+		}
+		if pa.Decay == 0 {
+			pa.Decay = g.latencyDecay
+		}
+	}
+	if p, ok := g.policy.(*PrefixAware); ok {
+		g.prefix = p
 	}
 	if p, ok := g.policy.(*P2C); ok {
 		if p.Clock == nil {

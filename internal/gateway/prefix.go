@@ -1,0 +1,323 @@
+package gateway
+
+import (
+	"container/list"
+	"encoding/binary"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the prefix-aware policy.
+const (
+	// DefaultPrefixIndexBlocks is how many prefix blocks the gateway
+	// remembers per backend: 32768 blocks of 64 bytes, about 500,000
+	// tokens, the KV cache of a large GPU serving a mid-size model. A
+	// backend that holds less evicts sooner than the gateway forgets,
+	// which only costs a miss there; the bound on cost keeps a backend the
+	// index overrates from drawing more than its share.
+	DefaultPrefixIndexBlocks = 1 << 15
+	// DefaultPrefixCostBound is how much more than the cheapest candidate
+	// (by Score) a backend holding a longer prefix may cost and still get
+	// the request: a hot prefix spills to other backends once its home is
+	// twice as loaded as the least loaded one. Inside a backend's batch a
+	// request costs little (1/B), so this keeps affinity while the batch has
+	// room and spills as soon as requests would queue behind a full one.
+	DefaultPrefixCostBound = 2.0
+)
+
+// PrefixAware is the default policy: prefix-cache affinity with a bound on
+// load, over the least-cost picker.
+//
+// The gateway has the buffered body before it picks, so for the generation
+// APIs (see promptText) it hashes the prompt's leading blocks of
+// BlockBytes, chained (block i's hash covers the model and all bytes up to
+// the end of block i), and keeps per backend an LRU index of the blocks it
+// sent there — an approximation of the backend's own prefix cache, as the
+// Gateway API Inference Extension's prefix plugin keeps. For each
+// candidate it knows the number of leading blocks the backend should still
+// hold, and its load Score (see Score; here on the signals all candidates
+// have). Then (prefixChoose):
+//
+//   - a candidate whose score is above CostBound × the cheapest one's is
+//     out (bounded load: a hot prefix spills instead of melting its home);
+//   - among the others, the one holding the longest prefix wins, the
+//     cheaper on a tie;
+//   - if none holds any, the request goes to the prefix's home: the
+//     candidate ranked first by rendezvous hashing of the first block's
+//     hash and the backend's ID — consistent hashing, so a new system
+//     prompt lands on one backend (the same one on every gateway replica)
+//     instead of being prefilled on all, and losing a backend moves only
+//     the prefixes it was home to.
+//
+// A multi-turn chat repeats its history, so its next turn holds the
+// longest prefix where its previous turn went: session affinity without a
+// session header. A request without one full block of prompt (a short
+// prompt, another API, a body that does not parse) has no prefix signal and
+// goes to the least-cost candidate (LeastCost).
+//
+// vLLM can publish the blocks it holds (KV events over ZeroMQ, which the
+// "precise" scorer of llm-d reads); the gateway does not use them: they
+// exist for vLLM only (not Ollama, llama.cpp, SGLang's own format), need a
+// subscription per backend and the backend's tokenizer to map text to its
+// block hashes, and the approximate index comes close where the gateway
+// sees all of a pool's traffic. Where it does not (several gateway
+// replicas), the replicas agree on the homes of new prefixes, and a wrong
+// guess costs one miss, bounded by CostBound.
+type PrefixAware struct {
+	// BlockBytes is the block size in bytes of prompt text; 0 means
+	// DefaultPrefixBlockBytes.
+	BlockBytes int
+	// IndexBlocks is how many blocks are remembered per backend; 0 means
+	// DefaultPrefixIndexBlocks.
+	IndexBlocks int
+	// CostBound is the bound on load (see above); 0 means
+	// DefaultPrefixCostBound. Values below 1 count as 1: only the cheapest.
+	CostBound float64
+	// Clock, MaxAge and Decay are as in P2C; New sets them from Options.
+	Clock  clock.PassiveClock
+	MaxAge time.Duration
+	Decay  time.Duration
+	// Rand returns a uniform number in [0, n) for tie breaking; nil means
+	// math/rand/v2.
+	Rand func(n int) int
+}
+
+// Pick implements Policy without a body: the least-cost candidate. The
+// gateway calls pickPrompt instead when it has the request's prompt.
+func (p *PrefixAware) Pick(cands []*Upstream, _ *http.Request) *Upstream {
+	if len(cands) == 1 {
+		return cands[0]
+	}
+	var buf [16]float64
+	return cands[leastCost(p.costs(cands, buf[:0]), p.draw())]
+}
+
+// pickPrompt picks for a request whose prompt's block hashes are hashes
+// (nil: no prefix signal) and records the blocks on the chosen backend.
+func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
+	if len(hashes) == 0 {
+		return p.Pick(cands, nil)
+	}
+	var buf [16]prefixCand
+	var cbuf [16]float64
+	pc := buf[:0]
+	costs := p.costs(cands, cbuf[:0])
+	for i, u := range cands {
+		pc = append(pc, prefixCand{matched: u.blocks.matched(hashes), cost: costs[i], rank: rendezvous(hashes[0], u.id)})
+	}
+	return cands[prefixChoose(pc, p.bound())]
+}
+
+// record remembers that u was sent the blocks hashes.
+func (p *PrefixAware) record(u *Upstream, hashes []uint64) {
+	if len(hashes) > 0 {
+		u.blocks.record(hashes, p.indexBlocks())
+	}
+}
+
+func (p *PrefixAware) blockBytes() int { return orInt(p.BlockBytes, DefaultPrefixBlockBytes) }
+
+func (p *PrefixAware) indexBlocks() int { return orInt(p.IndexBlocks, DefaultPrefixIndexBlocks) }
+
+func orInt(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (p *PrefixAware) bound() float64 {
+	if p.CostBound == 0 {
+		return DefaultPrefixCostBound
+	}
+	return max(p.CostBound, 1)
+}
+
+func (p *PrefixAware) draw() func(int) int {
+	if p.Rand != nil {
+		return p.Rand
+	}
+	return rand.IntN
+}
+
+// costs appends the Score of each candidate, on the signals they all have.
+func (p *PrefixAware) costs(cands []*Upstream, out []float64) []float64 {
+	var now time.Time
+	if p.Clock != nil {
+		now = p.Clock.Now()
+	} else {
+		now = time.Now()
+	}
+	maxAge, decay := cmp(p.MaxAge, DefaultMetricsMaxAge), cmp(p.Decay, DefaultLatencyDecay)
+	var buf [16]Load
+	loads := buf[:0]
+	for _, u := range cands {
+		loads = append(loads, u.Load(now, maxAge, decay))
+	}
+	basis := commonBasis(loads)
+	for _, l := range loads {
+		out = append(out, Score(l, basis))
+	}
+	return out
+}
+
+// commonBasis is the Basis of a comparison among all of loads: a signal
+// counts if every one has it (see Compare for two). Pure.
+func commonBasis(loads []Load) Basis {
+	b := Basis{TTFT: true, Latency: true, Metrics: true, Concurrency: true}
+	for _, l := range loads {
+		b.TTFT = b.TTFT && l.TTFT > 0
+		b.Latency = b.Latency && l.Latency > 0
+		b.Metrics = b.Metrics && l.Fresh
+		b.Concurrency = b.Concurrency && l.Concurrency > 0
+	}
+	return b
+}
+
+// LeastCost is the load-only picker of the default policy, also a policy
+// of its own ("least-cost"): the candidate with the lowest Score on the
+// signals all candidates have, ties broken at random. Score is the
+// expected cost of one more request — paced by the backend's measured
+// latency, a request inside a free batch slot costing 1/B and one that
+// would queue a whole unit — so a backend three times slower gets a
+// request only when the faster ones are three times as loaded: queueing,
+// not while they have free slots. P2C compares two random candidates
+// instead of all, which sends the slow backend a request whenever it is
+// drawn with a fast one that is only a little busier; at low load that is
+// the slow backend's share of the draws. The full scan is the exact
+// minimum over tens of backends, and the gateway's in-flight count — part
+// of every score, current at each pick — keeps it from herding on one
+// backend between metrics reads.
+type LeastCost struct{ PrefixAware }
+
+// Pick implements Policy.
+func (p *LeastCost) Pick(cands []*Upstream, r *http.Request) *Upstream {
+	return p.PrefixAware.Pick(cands, r)
+}
+
+// leastCost returns the index of the lowest of costs (at least one), a
+// tie broken by draw(n) uniform in [0, n) (reservoir sampling). Pure given
+// draw.
+func leastCost(costs []float64, draw func(int) int) int {
+	best, ties := 0, 1
+	for i := 1; i < len(costs); i++ {
+		switch {
+		case costs[i] < costs[best]:
+			best, ties = i, 1
+		case costs[i] == costs[best]:
+			ties++
+			if draw(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// prefixCand is what prefixChoose knows of one candidate.
+type prefixCand struct {
+	matched int     // leading blocks of the prompt the backend should hold
+	cost    float64 // Score
+	rank    uint64  // rendezvous rank for the prompt's first block
+}
+
+// prefixChoose returns the index of the candidate the prefix-aware policy
+// picks (see PrefixAware): among those whose cost is at most bound × the
+// lowest, the longest match, then the lowest cost, then the highest rank;
+// with no match among them, the highest rank. Pure.
+func prefixChoose(cs []prefixCand, bound float64) int {
+	minCost := cs[0].cost
+	for _, c := range cs[1:] {
+		minCost = min(minCost, c.cost)
+	}
+	limit := bound * minCost
+	best := -1
+	for i, c := range cs {
+		if c.cost > limit && c.cost != minCost {
+			continue
+		}
+		if best < 0 || better(c, cs[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// better orders candidates for prefixChoose.
+func better(a, b prefixCand) bool {
+	if a.matched != b.matched {
+		return a.matched > b.matched
+	}
+	if a.matched > 0 && a.cost != b.cost {
+		return a.cost < b.cost
+	}
+	return a.rank > b.rank
+}
+
+// rendezvous is the rendezvous (highest random weight) hash of a prefix
+// key and a backend ID. Pure.
+func rendezvous(key uint64, id string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], key)
+	d.Write(b[:])
+	d.WriteString(id)
+	return d.Sum64()
+}
+
+// blockIndex is the gateway's memory of the prefix blocks sent to one
+// backend: an LRU set of block hashes. A prompt's blocks are stored with
+// its first block the most recent, so eviction takes a prompt's deepest
+// blocks first and the set stays closed under prefixes (if a block is
+// held, the blocks before it in the prompts it came in are too), which
+// lets matched binary-search. Safe for concurrent use; the zero value is
+// empty.
+type blockIndex struct {
+	mu    sync.Mutex
+	lru   list.List // of uint64, front most recent
+	index map[uint64]*list.Element
+}
+
+// matched returns how many leading blocks of hashes the index holds.
+func (x *blockIndex) matched(hashes []uint64) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.index) == 0 {
+		return 0
+	}
+	return sort.Search(len(hashes), func(i int) bool { _, ok := x.index[hashes[i]]; return !ok })
+}
+
+// record stores hashes as most recent, the first block last, and evicts
+// beyond capacity blocks.
+func (x *blockIndex) record(hashes []uint64, capacity int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.index == nil {
+		x.index = make(map[uint64]*list.Element)
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		if e, ok := x.index[hashes[i]]; ok {
+			x.lru.MoveToFront(e)
+		} else {
+			x.index[hashes[i]] = x.lru.PushFront(hashes[i])
+		}
+	}
+	for x.lru.Len() > capacity {
+		delete(x.index, x.lru.Remove(x.lru.Back()).(uint64))
+	}
+}
+
+// len returns the number of blocks held.
+func (x *blockIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lru.Len()
+}
