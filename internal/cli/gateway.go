@@ -106,7 +106,7 @@ backend's /api/chat and passes /, /api/* and /v1/* through.
 	f.StringVar(&o.namespace, "namespace", "", "with --kubeconfig: only this namespace's pools (default all)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
-	f.StringVar(&o.policy, "policy", gateway.PolicyP2C, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
+	f.StringVar(&o.policy, "policy", gateway.PolicyPrefixAware, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
