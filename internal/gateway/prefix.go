@@ -95,7 +95,12 @@ func (p *PrefixAware) Pick(cands []*Upstream, _ *http.Request) *Upstream {
 		return cands[0]
 	}
 	var buf [16]float64
-	return cands[leastCost(p.costs(cands, buf[:0]), p.draw())]
+	var ibuf [16]int64
+	in := ibuf[:0]
+	for _, u := range cands {
+		in = append(in, u.InFlight())
+	}
+	return cands[leastCost(p.costs(cands, buf[:0]), in, p.draw())]
 }
 
 // pickPrompt picks for a request whose prompt's block hashes are hashes
@@ -182,7 +187,8 @@ func commonBasis(loads []Load) Basis {
 
 // LeastCost is the load-only picker of the default policy, also a policy
 // of its own ("least-cost"): the candidate with the lowest Score on the
-// signals all candidates have, ties broken at random. Score is the
+// signals all candidates have, or near it (see leastCost), the one with
+// the fewest requests in flight, ties broken at random. Score is the
 // expected cost of one more request — paced by the backend's measured
 // latency, a request inside a free batch slot costing 1/B and one that
 // would queue a whole unit — so a backend three times slower gets a
@@ -201,16 +207,33 @@ func (p *LeastCost) Pick(cands []*Upstream, r *http.Request) *Upstream {
 	return p.PrefixAware.Pick(cands, r)
 }
 
-// leastCost returns the index of the lowest of costs (at least one), a
-// tie broken by draw(n) uniform in [0, n) (reservoir sampling). Pure given
-// draw.
-func leastCost(costs []float64, draw func(int) int) int {
-	best, ties := 0, 1
-	for i := 1; i < len(costs); i++ {
+// leastCostTolerance is how far above the lowest score a candidate still
+// counts as cheapest for LeastCost (see leastCost).
+const leastCostTolerance = 0.5
+
+// leastCost returns the index of the candidate LeastCost picks: among
+// those whose cost is within (1+leastCostTolerance) × the lowest (at least
+// one), the one with the fewest requests in flight, a tie broken by draw(n)
+// uniform in [0, n) (reservoir sampling). The tolerance keeps one spike of
+// a backend's latency estimate — the peak EWMA jumps to any slow answer —
+// from sending every request to the one backend that happens to look
+// fastest until its batch is full; a backend three times slower stays
+// outside it while the others have free slots. Pure given draw.
+func leastCost(costs []float64, inflight []int64, draw func(int) int) int {
+	minCost := costs[0]
+	for _, c := range costs[1:] {
+		minCost = min(minCost, c)
+	}
+	limit := (1 + leastCostTolerance) * minCost
+	best, ties := -1, 0
+	for i, c := range costs {
+		if c > limit && c != minCost {
+			continue
+		}
 		switch {
-		case costs[i] < costs[best]:
+		case best < 0 || inflight[i] < inflight[best]:
 			best, ties = i, 1
-		case costs[i] == costs[best]:
+		case inflight[i] == inflight[best]:
 			ties++
 			if draw(ties) == 0 {
 				best = i

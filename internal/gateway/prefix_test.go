@@ -39,22 +39,25 @@ func TestPrefixChoose(t *testing.T) {
 
 func TestLeastCost(t *testing.T) {
 	tests := []struct {
-		name  string
-		costs []float64
-		draws []int // successive results of draw
-		want  int
+		name     string
+		costs    []float64
+		inflight []int64
+		draws    []int // successive results of draw
+		want     int
 	}{
-		{"single", []float64{3}, nil, 0},
-		{"lowest", []float64{3, 1, 2}, nil, 1},
+		{"single", []float64{3}, []int64{5}, nil, 0},
+		{"lowest", []float64{3, 1, 2}, []int64{0, 0, 0}, nil, 1},
+		{"near the lowest: fewer in flight", []float64{1, 1.4, 3}, []int64{4, 1, 0}, nil, 1},
+		{"beyond the tolerance: out however idle", []float64{1, 1.6}, []int64{6, 0}, nil, 0},
 		// Three-way tie: draw(2) then draw(3); 0 takes the newcomer.
-		{"tie keeps the first", []float64{1, 1, 1}, []int{1, 1}, 0},
-		{"tie takes the last", []float64{1, 1, 1}, []int{1, 0}, 2},
-		{"a lower one resets the tie", []float64{1, 1, 0.5}, []int{1}, 2},
+		{"tie keeps the first", []float64{1, 1, 1}, []int64{0, 0, 0}, []int{1, 1}, 0},
+		{"tie takes the last", []float64{1, 1, 1}, []int64{0, 0, 0}, []int{1, 0}, 2},
+		{"fewer in flight resets the tie", []float64{1, 1, 1}, []int64{1, 1, 0}, []int{1}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			draws := tt.draws
-			got := leastCost(tt.costs, func(n int) int {
+			got := leastCost(tt.costs, tt.inflight, func(n int) int {
 				if len(draws) == 0 {
 					t.Fatalf("unexpected draw(%d)", n)
 				}
@@ -78,14 +81,15 @@ func TestLeastCostSlowBackend(t *testing.T) {
 	for _, tt := range []struct {
 		in       int64
 		wantSlow bool
-	}{{0, false}, {4, false}, {7, false}, {8, false}, {9, true}, {12, true}} {
+	}{{0, false}, {4, false}, {7, false}, {8, true}, {9, true}, {12, true}} {
 		loads := []Load{fast(tt.in), fast(tt.in), fast(tt.in), slow}
 		basis := commonBasis(loads)
 		costs := make([]float64, len(loads))
+		in := make([]int64, len(loads))
 		for i, l := range loads {
-			costs[i] = Score(l, basis)
+			costs[i], in[i] = Score(l, basis), l.InFlight
 		}
-		got := leastCost(costs, func(int) int { return 1 }) == 3
+		got := leastCost(costs, in, func(int) int { return 1 }) == 3
 		if got != tt.wantSlow {
 			t.Errorf("fast ones with %d in flight: slow picked %v, want %v (costs %v)", tt.in, got, tt.wantSlow, costs)
 		}
