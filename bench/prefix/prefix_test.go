@@ -33,14 +33,15 @@ const (
 	backends       = 4
 	model          = "qwen2:0.5b"
 	requestTimeout = 5 * time.Minute
-	// Each simulated backend's KV cache holds 24,000 tokens: a little over
-	// ten of the 24 tenants' system prompts, or about a quarter of what the
-	// whole workload keeps warm. Spread over four backends the working set
-	// fits; copied onto every backend it does not.
+	// Each simulated backend's KV cache holds 24,000 tokens: eight of the
+	// 16 tenants' system prompts, half of them. Spread over four backends
+	// the prompts and the live conversations fit; copied onto every
+	// backend they do not.
 	cacheTokens = 24000
+	indexBlocks = cacheTokens * 4 / gateway.DefaultPrefixBlockBytes
 )
 
-// secondsEnv sets the measured seconds per balancer and load (default 8,
+// secondsEnv sets the measured seconds per balancer and load (default 10,
 // which keeps the run in `make test` near two minutes; the figures in
 // BENCHMARKS.md use 30); onlyEnv runs only the balancers whose names
 // contain one of its comma-separated substrings.
@@ -49,19 +50,20 @@ const (
 	onlyEnv    = "TIDEGPU_PREFIX_ONLY"
 )
 
-// workload is the shared-prefix chat workload: 24 tenants with system
-// prompts of 2,000 tokens, popularity skewed (the first tenant starts
-// about six times the conversations of the last), conversations of four
-// turns 2 s apart on average, 60 tokens per question and 120 per answer.
+// workload is the shared-prefix chat workload: 16 tenants with system
+// prompts of 3,000 tokens, popularity skewed (the first tenant starts
+// about five times the conversations of the last), conversations of four
+// turns 2 s apart on average, 30 tokens per question and 60 per answer.
 func workload() Workload {
-	return Workload{Tenants: 24, SystemTokens: 2000, Turns: 4, UserTokens: 60, AssistantTokens: 120, Think: 2 * time.Second, Skew: 0.6}
+	return Workload{Tenants: 16, SystemTokens: 3000, Turns: 4, UserTokens: 30, AssistantTokens: 60, Think: 2 * time.Second, Skew: 0.6}
 }
 
-// backend is each simulator's latency model: 20 ms base prefill plus 8,000
-// uncached prompt tokens per second (a full system prompt costs 250 ms), 10
-// ms per output token, 32 output tokens, batches of 8.
+// backend is each simulator's latency model: 20 ms base prefill plus 5,000
+// uncached prompt tokens per second (a whole system prompt costs 600 ms),
+// 50 ms per output token (2 % slower per extra running sequence), 16
+// output tokens, batches of 16.
 func backend() Backend {
-	return Backend{TTFT: 20 * time.Millisecond, PrefillRate: 8000, TokenTime: 10 * time.Millisecond, BatchSlowdown: 0.05, MaxBatch: 8, OutputTokens: 32}
+	return Backend{TTFT: 20 * time.Millisecond, PrefillRate: 5000, TokenTime: 50 * time.Millisecond, BatchSlowdown: 0.02, MaxBatch: 16, OutputTokens: 16}
 }
 
 // result is one request's outcome.
@@ -69,6 +71,7 @@ type result struct {
 	ttft, e2e time.Duration
 	end       time.Duration // since the start of the run
 	tokens    int
+	backend   string
 	err       error
 }
 
@@ -98,11 +101,13 @@ const (
 	rowTenant  = "HAProxy hash on X-Tenant-Id (consistent, bounded 125 %)"
 )
 
+var costBound, _ = strconv.ParseFloat(os.Getenv("TIDEGPU_PREFIX_BOUND"), 64)
+
 func TestPrefixRouting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("prefix-routing benchmark: about two minutes; runs without -short")
 	}
-	warmup, measured := 6*time.Second, 8*time.Second
+	warmup, measured := 8*time.Second, 10*time.Second
 	if v := os.Getenv(secondsEnv); v != "" {
 		s, err := strconv.Atoi(v)
 		if err != nil || s < 5 || s > 600 {
@@ -158,6 +163,9 @@ func TestPrefixRouting(t *testing.T) {
 			res := drive(url, turns)
 			stop()
 			r := summarize(bal.name, turns, res, warmup, measured)
+			if os.Getenv("TIDEGPU_PREFIX_DEBUG") != "" {
+				debugRows(t, turns, res, warmup)
+			}
 			r.hitRate = hitRate(t, addrs)
 			closeSims(sims)
 			rows[bal.name] = r
@@ -346,6 +354,7 @@ func send(client *http.Client, base string, tu Turn, at time.Time) result {
 		return r
 	}
 	defer resp.Body.Close()
+	r.backend = resp.Header.Get(sim.InstanceHeader)
 	if resp.StatusCode != http.StatusOK {
 		r.err = fmt.Errorf("status %s", resp.Status)
 		return r
@@ -382,6 +391,11 @@ func send(client *http.Client, base string, tu Turn, at time.Time) result {
 func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []string) (string, func()) {
 	return func(t *testing.T, addrs []string) (string, func()) {
 		opts := gateway.Options{Policy: policy}
+		if policy == gateway.PolicyPrefixAware {
+			// The index sized like the backends' caches: 24,000 tokens of
+			// about 4 bytes are 1,500 blocks of 64 bytes.
+			opts.CustomPolicy = &gateway.PrefixAware{IndexBlocks: indexBlocks, LoadBound: costBound}
+		}
 		var src loadmetrics.Source
 		if withScrape {
 			src = loadmetrics.NewScrape(loadmetrics.ScrapeOptions{Timeout: 500 * time.Millisecond})
@@ -482,4 +496,29 @@ func haproxyBalancer(bin, balance, hashType string, factor int) func(t *testing.
 		}
 		return base, stop
 	}
+}
+
+func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
+	prev := map[int]string{}
+	home := map[int]map[string]int{}
+	type k struct {
+		idx         int
+		moved, slow bool
+	}
+	count := map[k]int{}
+	for i, tu := range turns {
+		x := res[i]
+		p, had := prev[tu.Conv.ID]
+		prev[tu.Conv.ID] = x.backend
+		if home[tu.Conv.Tenant] == nil {
+			home[tu.Conv.Tenant] = map[string]int{}
+		}
+		home[tu.Conv.Tenant][x.backend]++
+		if tu.At < warmup {
+			continue
+		}
+		count[k{tu.Index, had && p != x.backend, x.ttft > 200*time.Millisecond}]++
+	}
+	t.Logf("turn/moved/slow counts: %v", count)
+	t.Logf("tenant -> backends: %v", home)
 }

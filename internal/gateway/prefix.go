@@ -19,16 +19,22 @@ const (
 	// remembers per backend: 32768 blocks of 64 bytes, about 500,000
 	// tokens, the KV cache of a large GPU serving a mid-size model. A
 	// backend that holds less evicts sooner than the gateway forgets,
-	// which only costs a miss there; the bound on cost keeps a backend the
-	// index overrates from drawing more than its share.
+	// which only costs a miss there; the bound on load keeps a backend the
+	// index overrates from drawing more than its share. Size it like the
+	// backends' caches (PrefixAware.IndexBlocks): a gateway that remembers
+	// far more than they hold sends conversations where their prefix was
+	// evicted.
 	DefaultPrefixIndexBlocks = 1 << 15
-	// DefaultPrefixCostBound is how much more than the cheapest candidate
-	// (by Score) a backend holding a longer prefix may cost and still get
-	// the request: a hot prefix spills to other backends once its home is
-	// twice as loaded as the least loaded one. Inside a backend's batch a
-	// request costs little (1/B), so this keeps affinity while the batch has
-	// room and spills as soon as requests would queue behind a full one.
-	DefaultPrefixCostBound = 2.0
+	// DefaultPrefixLoadBound is how much more loaded than the least loaded
+	// candidate a backend holding a longer prefix may be and still get the
+	// request: a hot prefix spills to other backends once its home is three
+	// times as loaded. Load is Score's work: an idle backend counts 1, a
+	// full batch 2, and each request that would wait for a slot one more;
+	// so the home keeps a prefix while its batch has room and while one
+	// request waits, and spills once a second one would while another
+	// backend is idle — a wait for a slot is short next to prefilling a long
+	// prompt again. bench/prefix measured 2 and 3 (BENCHMARKS.md).
+	DefaultPrefixLoadBound = 3.0
 )
 
 // PrefixAware is the default policy: prefix-cache affinity with a bound on
@@ -44,7 +50,7 @@ const (
 // hold, and its load Score (see Score; here on the signals all candidates
 // have). Then (prefixChoose):
 //
-//   - a candidate whose score is above CostBound × the cheapest one's is
+//   - a candidate whose score is above LoadBound × the cheapest one's is
 //     out (bounded load: a hot prefix spills instead of melting its home);
 //   - among the others, the one holding the longest prefix wins, the
 //     cheaper on a tie;
@@ -68,7 +74,7 @@ const (
 // block hashes, and the approximate index comes close where the gateway
 // sees all of a pool's traffic. Where it does not (several gateway
 // replicas), the replicas agree on the homes of new prefixes, and a wrong
-// guess costs one miss, bounded by CostBound.
+// guess costs one miss, bounded by LoadBound.
 type PrefixAware struct {
 	// BlockBytes is the block size in bytes of prompt text; 0 means
 	// DefaultPrefixBlockBytes.
@@ -76,9 +82,9 @@ type PrefixAware struct {
 	// IndexBlocks is how many blocks are remembered per backend; 0 means
 	// DefaultPrefixIndexBlocks.
 	IndexBlocks int
-	// CostBound is the bound on load (see above); 0 means
-	// DefaultPrefixCostBound. Values below 1 count as 1: only the cheapest.
-	CostBound float64
+	// LoadBound is the bound on load (see above); 0 means
+	// DefaultPrefixLoadBound. Values below 1 count as 1: only the cheapest.
+	LoadBound float64
 	// Clock, MaxAge and Decay are as in P2C; New sets them from Options.
 	Clock  clock.PassiveClock
 	MaxAge time.Duration
@@ -110,11 +116,19 @@ func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
 		return p.Pick(cands, nil)
 	}
 	var buf [16]prefixCand
-	var cbuf [16]float64
+	var lbuf [16]Load
 	pc := buf[:0]
-	costs := p.costs(cands, cbuf[:0])
+	loads := p.loads(cands, lbuf[:0])
+	paced := commonBasis(loads)
+	unpaced := paced
+	unpaced.TTFT, unpaced.Latency = false, false
 	for i, u := range cands {
-		pc = append(pc, prefixCand{matched: u.blocks.matched(hashes), cost: costs[i], rank: rendezvous(hashes[0], u.id)})
+		pc = append(pc, prefixCand{
+			matched: u.blocks.matched(hashes),
+			load:    Score(loads[i], unpaced),
+			cost:    Score(loads[i], paced),
+			rank:    rendezvous(hashes[0], u.id),
+		})
 	}
 	return cands[prefixChoose(pc, p.bound())]
 }
@@ -138,10 +152,10 @@ func orInt(v, def int) int {
 }
 
 func (p *PrefixAware) bound() float64 {
-	if p.CostBound == 0 {
-		return DefaultPrefixCostBound
+	if p.LoadBound == 0 {
+		return DefaultPrefixLoadBound
 	}
-	return max(p.CostBound, 1)
+	return max(p.LoadBound, 1)
 }
 
 func (p *PrefixAware) draw() func(int) int {
@@ -153,6 +167,17 @@ func (p *PrefixAware) draw() func(int) int {
 
 // costs appends the Score of each candidate, on the signals they all have.
 func (p *PrefixAware) costs(cands []*Upstream, out []float64) []float64 {
+	var buf [16]Load
+	loads := p.loads(cands, buf[:0])
+	basis := commonBasis(loads)
+	for _, l := range loads {
+		out = append(out, Score(l, basis))
+	}
+	return out
+}
+
+// loads appends each candidate's Load now.
+func (p *PrefixAware) loads(cands []*Upstream, out []Load) []Load {
 	var now time.Time
 	if p.Clock != nil {
 		now = p.Clock.Now()
@@ -160,14 +185,8 @@ func (p *PrefixAware) costs(cands []*Upstream, out []float64) []float64 {
 		now = time.Now()
 	}
 	maxAge, decay := cmp(p.MaxAge, DefaultMetricsMaxAge), cmp(p.Decay, DefaultLatencyDecay)
-	var buf [16]Load
-	loads := buf[:0]
 	for _, u := range cands {
-		loads = append(loads, u.Load(now, maxAge, decay))
-	}
-	basis := commonBasis(loads)
-	for _, l := range loads {
-		out = append(out, Score(l, basis))
+		out = append(out, u.Load(now, maxAge, decay))
 	}
 	return out
 }
@@ -246,23 +265,24 @@ func leastCost(costs []float64, inflight []int64, draw func(int) int) int {
 // prefixCand is what prefixChoose knows of one candidate.
 type prefixCand struct {
 	matched int     // leading blocks of the prompt the backend should hold
+	load    float64 // Score without the latency pace: the work there
 	cost    float64 // Score
 	rank    uint64  // rendezvous rank for the prompt's first block
 }
 
 // prefixChoose returns the index of the candidate the prefix-aware policy
-// picks (see PrefixAware): among those whose cost is at most bound × the
+// picks (see PrefixAware): among those whose load is at most bound × the
 // lowest, the longest match, then the lowest cost, then the highest rank;
 // with no match among them, the highest rank. Pure.
 func prefixChoose(cs []prefixCand, bound float64) int {
-	minCost := cs[0].cost
+	minLoad := cs[0].load
 	for _, c := range cs[1:] {
-		minCost = min(minCost, c.cost)
+		minLoad = min(minLoad, c.load)
 	}
-	limit := bound * minCost
+	limit := bound * minLoad
 	best := -1
 	for i, c := range cs {
-		if c.cost > limit && c.cost != minCost {
+		if c.load > limit && c.load != minLoad {
 			continue
 		}
 		if best < 0 || better(c, cs[best]) {

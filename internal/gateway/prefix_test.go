@@ -7,9 +7,11 @@ import (
 )
 
 func TestPrefixChoose(t *testing.T) {
-	c := func(matched int, cost float64, rank uint64) prefixCand {
-		return prefixCand{matched: matched, cost: cost, rank: rank}
+	// Load and cost equal unless a case says otherwise.
+	c := func(matched int, load float64, rank uint64) prefixCand {
+		return prefixCand{matched: matched, load: load, cost: load, rank: rank}
 	}
+	paced := func(pc prefixCand, cost float64) prefixCand { pc.cost = cost; return pc }
 	tests := []struct {
 		name  string
 		cs    []prefixCand
@@ -27,6 +29,8 @@ func TestPrefixChoose(t *testing.T) {
 		{"no holder: a home above the bound is skipped", []prefixCand{c(0, 1, 3), c(0, 2.5, 7), c(0, 1, 5)}, 2, 2},
 		{"bound 1: only the cheapest", []prefixCand{c(8, 1.01, 9), c(0, 1, 1)}, 1, 1},
 		{"zero costs (no signals yet) tie", []prefixCand{c(0, 0, 3), c(2, 0, 1)}, 2, 1},
+		{"the bound is on load, not latency: a slow-looking holder keeps it", []prefixCand{paced(c(8, 1.2, 9), 10), c(0, 1, 1)}, 2, 0},
+		{"equal matches: the lower cost, latency included", []prefixCand{paced(c(4, 1, 9), 3), paced(c(4, 1.3, 1), 1)}, 2, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
