@@ -101,7 +101,11 @@ const (
 	rowTenant  = "HAProxy hash on X-Tenant-Id (consistent, bounded 125 %)"
 )
 
-var costBound, _ = strconv.ParseFloat(os.Getenv("TIDEGPU_PREFIX_BOUND"), 64)
+// boundEnv overrides the default policy's load bound (an experiment:
+// BENCHMARKS.md compares 2 and 3).
+const boundEnv = "TIDEGPU_PREFIX_BOUND"
+
+var loadBound, _ = strconv.ParseFloat(os.Getenv(boundEnv), 64)
 
 func TestPrefixRouting(t *testing.T) {
 	if testing.Short() {
@@ -390,11 +394,11 @@ func send(client *http.Client, base string, tu Turn, at time.Time) result {
 // and, if withScrape, the direct /metrics scrape every 250 ms.
 func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []string) (string, func()) {
 	return func(t *testing.T, addrs []string) (string, func()) {
-		opts := gateway.Options{Policy: policy}
-		if policy == gateway.PolicyPrefixAware {
-			// The index sized like the backends' caches: 24,000 tokens of
-			// about 4 bytes are 1,500 blocks of 64 bytes.
-			opts.CustomPolicy = &gateway.PrefixAware{IndexBlocks: indexBlocks, LoadBound: costBound}
+		// The prefix index sized like the backends' caches: 24,000 tokens
+		// of about 4 bytes are 1,500 blocks of 64 bytes.
+		opts := gateway.Options{Policy: policy, PrefixIndexBlocks: indexBlocks}
+		if policy == gateway.PolicyPrefixAware && loadBound != 0 {
+			opts.CustomPolicy = &gateway.PrefixAware{LoadBound: loadBound}
 		}
 		var src loadmetrics.Source
 		if withScrape {

@@ -139,6 +139,12 @@ type Options struct {
 	// MetricsMaxAge is the age beyond which a backend's metrics are stale
 	// and ignored. 0 means four MetricsIntervals.
 	MetricsMaxAge time.Duration
+	// PrefixIndexBlocks is how many prefix blocks (of
+	// DefaultPrefixBlockBytes, about 16 tokens) the prefix-aware policy
+	// remembers per backend: size it like one backend's prefix cache
+	// (tokens / 16). 0 means DefaultPrefixIndexBlocks; ignored by other
+	// policies and by a CustomPolicy that sets its own.
+	PrefixIndexBlocks int
 	// LatencyDecay is the time constant of the peak-EWMA latency estimate
 	// (see Upstream.PeakLatency). 0 means DefaultLatencyDecay.
 	LatencyDecay time.Duration
@@ -363,6 +369,9 @@ func New(opts Options) (*Gateway, error) {
 		pa = &p.PrefixAware
 	}
 	if pa != nil {
+		if pa.IndexBlocks == 0 {
+			pa.IndexBlocks = opts.PrefixIndexBlocks
+		}
 		if pa.Clock == nil {
 			pa.Clock = g.clock
 		}

@@ -249,3 +249,23 @@ func FuzzPromptText(f *testing.F) {
 		}
 	})
 }
+
+func TestPrefixOptions(t *testing.T) {
+	g, err := New(Options{PrefixIndexBlocks: 7, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.prefix == nil || g.prefix.IndexBlocks != 7 || g.prefix.Clock == nil {
+		t.Fatalf("the default policy is not prefix-aware with the options applied: %+v", g.prefix)
+	}
+	own := &PrefixAware{IndexBlocks: 3}
+	g2, err := New(Options{CustomPolicy: own, PrefixIndexBlocks: 7, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	if own.IndexBlocks != 3 {
+		t.Errorf("a custom policy's own IndexBlocks was overwritten: %d", own.IndexBlocks)
+	}
+}
