@@ -46,7 +46,7 @@
 // Options.Policy picks one candidate per attempt: "prefix-aware" (the
 // default: for the generation APIs, the backend that should still hold the
 // longest leading part of the prompt in its prefix cache, as long as its
-// load is within three times the least loaded one's, a new prefix going
+// load is within twice the least loaded one's, a new prefix going
 // to its rendezvous-hashed home; without a prefix signal, "least-cost";
 // see PrefixAware), "least-cost" (the lowest load score of all candidates:
 // in-flight requests, peak-EWMA latency and, from Options.Metrics while

@@ -27,14 +27,14 @@ const (
 	DefaultPrefixIndexBlocks = 1 << 15
 	// DefaultPrefixLoadBound is how much more loaded than the least loaded
 	// candidate a backend holding a longer prefix may be and still get the
-	// request: a hot prefix spills to other backends once its home is three
-	// times as loaded. Load is Score's work: an idle backend counts 1, a
-	// full batch 2, and each request that would wait for a slot one more;
-	// so the home keeps a prefix while its batch has room and while one
-	// request waits, and spills once a second one would while another
-	// backend is idle — a wait for a slot is short next to prefilling a long
-	// prompt again. bench/prefix measured 2 and 3 (BENCHMARKS.md).
-	DefaultPrefixLoadBound = 3.0
+	// request: a hot prefix spills to other backends once its home is twice
+	// as loaded. Load is Score's work: an idle backend counts 1, a full
+	// batch 2, and each request that would wait for a slot one more; so the
+	// home keeps a prefix while its batch has room and spills as soon as a
+	// request would wait for a slot while another backend is nearly idle.
+	// bench/prefix measured 2, 3 and 5 (BENCHMARKS.md): waiting in the
+	// home's queue for a slot cost more than prefilling again elsewhere.
+	DefaultPrefixLoadBound = 2.0
 )
 
 // PrefixAware is the default policy: prefix-cache affinity with a bound on
