@@ -101,6 +101,9 @@ const (
 	rowTenant  = "HAProxy hash on X-Tenant-Id (consistent, bounded 125 %)"
 )
 
+// debugEnv turns on debugRows.
+const debugEnv = "TIDEGPU_PREFIX_DEBUG"
+
 // boundEnv overrides the default policy's load bound (an experiment:
 // BENCHMARKS.md compares 2 and 3).
 const boundEnv = "TIDEGPU_PREFIX_BOUND"
@@ -167,7 +170,7 @@ func TestPrefixRouting(t *testing.T) {
 			res := drive(url, turns)
 			stop()
 			r := summarize(bal.name, turns, res, warmup, measured)
-			if os.Getenv("TIDEGPU_PREFIX_DEBUG") != "" {
+			if os.Getenv(debugEnv) != "" {
 				debugRows(t, turns, res, warmup)
 			}
 			r.hitRate = hitRate(t, addrs)
@@ -502,27 +505,30 @@ func haproxyBalancer(bin, balance, hashType string, factor int) func(t *testing.
 	}
 }
 
+// debugRows (TIDEGPU_PREFIX_DEBUG=1) logs, for the measured turns, how
+// many went to another backend than their conversation's previous turn
+// ("moved") and how many waited over 200 ms for their first token
+// ("slow"), by turn index, and which backends served each tenant.
 func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
-	prev := map[int]string{}
-	home := map[int]map[string]int{}
-	type k struct {
-		idx         int
+	type key struct {
+		turn        int
 		moved, slow bool
 	}
-	count := map[k]int{}
+	prev := map[int]string{}
+	homes := map[int]map[string]int{}
+	count := map[key]int{}
 	for i, tu := range turns {
 		x := res[i]
 		p, had := prev[tu.Conv.ID]
 		prev[tu.Conv.ID] = x.backend
-		if home[tu.Conv.Tenant] == nil {
-			home[tu.Conv.Tenant] = map[string]int{}
+		if homes[tu.Conv.Tenant] == nil {
+			homes[tu.Conv.Tenant] = map[string]int{}
 		}
-		home[tu.Conv.Tenant][x.backend]++
-		if tu.At < warmup {
-			continue
+		homes[tu.Conv.Tenant][x.backend]++
+		if tu.At >= warmup {
+			count[key{tu.Index, had && p != x.backend, x.ttft > 200*time.Millisecond}]++
 		}
-		count[k{tu.Index, had && p != x.backend, x.ttft > 200*time.Millisecond}]++
 	}
-	t.Logf("turn/moved/slow counts: %v", count)
-	t.Logf("tenant -> backends: %v", home)
+	t.Logf("turns by (turn, moved, slow): %v", count)
+	t.Logf("tenant -> backends: %v", homes)
 }

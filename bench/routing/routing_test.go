@@ -183,6 +183,15 @@ func TestRoutingQuality(t *testing.T) {
 				t.Errorf("goal missed at %.0f%%: the default's p99 is not 2x lower than round-robin's", run.load*100)
 			}
 		}
+		if p, ok := rows["p2c + /metrics scrape"]; ok && okDef && run.load >= 0.7 {
+			// Issue 14: the prefix-aware default costs requests without a
+			// shared prefix nothing against the p2c it replaced.
+			goals = append(goals, fmt.Sprintf("%.0f%%: default vs p2c: p99 e2e %.2fx of p2c's (goal: <= 1.05)",
+				run.load*100, ratio(d.e2e99, p.e2e99)))
+			if float64(d.e2e99) > 1.05*float64(p.e2e99) {
+				t.Errorf("goal missed at %.0f%%: the default's e2e p99 is more than 5 %% worse than p2c's", run.load*100)
+			}
+		}
 		if hap, ok := rows["HAProxy balance leastconn"]; ok && okDef {
 			goals = append(goals, fmt.Sprintf("%.0f%%: default vs HAProxy leastconn: p99 TTFT %.2fx, p99 e2e %.2fx of HAProxy's (goal: <= 1)",
 				run.load*100, ratio(d.ttft99, hap.ttft99), ratio(d.e2e99, hap.e2e99)))
