@@ -47,11 +47,18 @@ const (
 // sent there — an approximation of the backend's own prefix cache, as the
 // Gateway API Inference Extension's prefix plugin keeps. For each
 // candidate it knows the number of leading blocks the backend should still
-// hold, and its load Score (see Score; here on the signals all candidates
-// have). Then (prefixChoose):
+// hold, its load — the work of Score without the latency pace: in-flight
+// requests and queue, a request inside a free batch slot counting 1/B —
+// and its cost, the full Score (see Score; both on the signals all
+// candidates have). Then (prefixChoose):
 //
-//   - a candidate whose score is above LoadBound × the cheapest one's is
-//     out (bounded load: a hot prefix spills instead of melting its home);
+//   - a candidate whose load is above LoadBound × the least loaded one's
+//     is out (bounded load: a hot prefix spills instead of melting its
+//     home). The bound leaves latency out: a backend's recent TTFT is
+//     mostly the prompts it had to prefill, which affinity is there to
+//     avoid, and bounding on it made conversations leave the backend that
+//     had just cached their prefix. So with a prefix signal, a slower
+//     backend's speed counts only through the load it builds up;
 //   - among the others, the one holding the longest prefix wins, the
 //     cheaper on a tie;
 //   - if none holds any, the request goes to the prefix's home: the
@@ -212,13 +219,10 @@ func commonBasis(loads []Load) Basis {
 // latency, a request inside a free batch slot costing 1/B and one that
 // would queue a whole unit — so a backend three times slower gets a
 // request only when the faster ones are three times as loaded: queueing,
-// not while they have free slots. P2C compares two random candidates
-// instead of all, which sends the slow backend a request whenever it is
-// drawn with a fast one that is only a little busier; at low load that is
-// the slow backend's share of the draws. The full scan is the exact
-// minimum over tens of backends, and the gateway's in-flight count — part
-// of every score, current at each pick — keeps it from herding on one
-// backend between metrics reads.
+// not while they have free slots. Unlike P2C, which compares two random
+// candidates, it scans all (pools are tens of backends); the gateway's
+// in-flight count, part of every score and current at each pick, and the
+// tolerance keep it from herding on one backend between metrics reads.
 type LeastCost struct{ PrefixAware }
 
 // Pick implements Policy.
