@@ -2,7 +2,8 @@
 // simulated inference backends, one three times slower, behind one
 // balancer at a time — the built-in gateway with each of its policies, and
 // HAProxy with `balance leastconn` — under the same open-loop Poisson
-// arrivals at 70 % of the pool's capacity, half of the requests streaming.
+// arrivals at 30 % and at 70 % of the pool's capacity, half of the requests
+// streaming.
 // It reports the p50 and p99 of time to first token and of end-to-end
 // latency per balancer. This file holds the pure parts: the capacity of a
 // simulated pool, the arrival schedule, percentiles and the HAProxy

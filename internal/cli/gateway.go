@@ -128,7 +128,7 @@ every admin path but /healthz requires "Authorization: Bearer TOKEN"; an
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8000", "address the gateway listens on")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9091", "address serving /metrics and /healthz (loopback unless you mean it); empty to disable")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
-	f.StringVar(&o.policy, "policy", gateway.PolicyP2C, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
+	f.StringVar(&o.policy, "policy", gateway.PolicyPrefixAware, "balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.tuning.register(f)
 	f.StringVar(&o.reportTo, "report-usage-to", "", "send the tokens served and busy time to the operator's admin API at this URL (http://host:port; token from TIDEGPU_ADMIN_TOKEN) for its cost ledger")

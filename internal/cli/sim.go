@@ -23,18 +23,21 @@ const simShutdownTimeout = 5 * time.Second
 
 // simOptions are the flags of `tidegpu sim`.
 type simOptions struct {
-	addr          string
-	loadTime      time.Duration
-	models        []string
-	ttft          time.Duration
-	tokenTime     time.Duration
-	batchSlowdown float64
-	maxBatch      int
-	maxQueue      int
-	outputTokens  int
-	slowFactor    float64
-	embeddingDim  int
-	instanceID    string
+	addr              string
+	loadTime          time.Duration
+	models            []string
+	ttft              time.Duration
+	tokenTime         time.Duration
+	batchSlowdown     float64
+	maxBatch          int
+	maxQueue          int
+	outputTokens      int
+	slowFactor        float64
+	embeddingDim      int
+	prefixCacheTokens int
+	prefixBlockTokens int
+	prefillRate       float64
+	instanceID        string
 }
 
 // NewSimCommand returns the `tidegpu sim` command: an inference backend
@@ -80,6 +83,9 @@ given and TIDEGPU_PORT is set.`,
 	f.IntVar(&o.maxQueue, "max-queue", 0, "maximum waiting requests, beyond which requests get 503 (0 = unlimited)")
 	f.IntVar(&o.outputTokens, "output-tokens", sim.DefaultOutputTokens, "tokens generated per answer unless the request sets a limit")
 	f.Float64Var(&o.slowFactor, "slow-factor", sim.DefaultSlowFactor, "multiplies --ttft and --token-time (makes this backend slower)")
+	f.IntVar(&o.prefixCacheTokens, "prefix-cache-tokens", 0, "capacity in tokens of the simulated prefix (KV) cache, LRU-evicted; exports vllm:prefix_cache_queries_total/hits_total (0 = no cache)")
+	f.IntVar(&o.prefixBlockTokens, "prefix-block-tokens", sim.DefaultPrefixBlockTokens, "block size of the prefix cache in tokens")
+	f.Float64Var(&o.prefillRate, "prefill-tokens-per-second", 0, "prefill speed: each prompt token not in the prefix cache adds 1/N s (times --slow-factor) to the time to first token (0 = prompt length costs nothing)")
 	f.IntVar(&o.embeddingDim, "embedding-dim", sim.DefaultEmbeddingDim, "dimension of the deterministic embedding vectors (/api/embed, /api/embeddings, /v1/embeddings)")
 	f.DurationVar(&o.loadTime, "load-time", 0, "time before the server listens, as a model load at an instance's cold start")
 	f.StringVar(&o.instanceID, "instance-id", os.Getenv("TIDEGPU_INSTANCE_ID"), "instance id reported in the X-Tidegpu-Instance header and metrics; defaults to $TIDEGPU_INSTANCE_ID")
@@ -108,20 +114,31 @@ func (o *simOptions) config() (sim.Config, error) {
 		return sim.Config{}, fmt.Errorf("invalid --output-tokens %d: must be between 1 and %d", o.outputTokens, sim.MaxOutputTokens)
 	case !(o.slowFactor > 0) || o.slowFactor > 1e6:
 		return sim.Config{}, fmt.Errorf("invalid --slow-factor %v: must be greater than 0 and at most 1e6", o.slowFactor)
+	case o.prefixCacheTokens < 0:
+		return sim.Config{}, fmt.Errorf("invalid --prefix-cache-tokens %d: must not be negative (0 = no cache)", o.prefixCacheTokens)
+	case o.prefixBlockTokens < 1 || o.prefixBlockTokens > 1<<16:
+		return sim.Config{}, fmt.Errorf("invalid --prefix-block-tokens %d: must be between 1 and 65536", o.prefixBlockTokens)
+	case o.prefixCacheTokens > 0 && o.prefixCacheTokens < o.prefixBlockTokens:
+		return sim.Config{}, fmt.Errorf("invalid --prefix-cache-tokens %d: must hold at least one block of --prefix-block-tokens %d", o.prefixCacheTokens, o.prefixBlockTokens)
+	case !(o.prefillRate >= 0) || o.prefillRate > 1e12:
+		return sim.Config{}, fmt.Errorf("invalid --prefill-tokens-per-second %v: must be between 0 and 1e12 (0 = prompt length costs nothing)", o.prefillRate)
 	case o.embeddingDim < 1 || o.embeddingDim > sim.MaxEmbeddingDim:
 		return sim.Config{}, fmt.Errorf("invalid --embedding-dim %d: must be between 1 and %d", o.embeddingDim, sim.MaxEmbeddingDim)
 	}
 	cfg := sim.Config{
-		Models:        o.models,
-		TTFT:          o.ttft,
-		TokenTime:     o.tokenTime,
-		BatchSlowdown: o.batchSlowdown,
-		MaxBatch:      o.maxBatch,
-		MaxQueue:      o.maxQueue,
-		OutputTokens:  o.outputTokens,
-		SlowFactor:    o.slowFactor,
-		EmbeddingDim:  o.embeddingDim,
-		InstanceID:    o.instanceID,
+		Models:                 o.models,
+		TTFT:                   o.ttft,
+		TokenTime:              o.tokenTime,
+		BatchSlowdown:          o.batchSlowdown,
+		MaxBatch:               o.maxBatch,
+		MaxQueue:               o.maxQueue,
+		OutputTokens:           o.outputTokens,
+		SlowFactor:             o.slowFactor,
+		EmbeddingDim:           o.embeddingDim,
+		PrefixCacheTokens:      o.prefixCacheTokens,
+		PrefixBlockTokens:      o.prefixBlockTokens,
+		PrefillTokensPerSecond: o.prefillRate,
+		InstanceID:             o.instanceID,
 	}
 	// In sim.Config zero means "default" and negative means an explicit
 	// zero; on the command line 0 means 0.

@@ -110,7 +110,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:9090", "address the admin API listens on (loopback unless you mean it); set TIDEGPU_ADMIN_TOKEN to require a token")
 	f.BoolVar(&insecureAdmin, "insecure-admin", false, "serve an --admin-addr beyond loopback without a token (only when something else guards it)")
 	f.StringVar(&stateDir, "state-dir", "", "where instance state and logs live (default $TIDEGPU_STATE_DIR, else $XDG_STATE_HOME/tidegpu or ~/.local/state/tidegpu)")
-	f.StringVar(&policy, "policy", gateway.PolicyP2C, "gateway balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
+	f.StringVar(&policy, "policy", gateway.PolicyPrefixAware, "gateway balancing policy: "+strings.Join(gateway.PolicyNames, ", "))
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&metricsFamily, "metrics-family", metrics.FamilyAuto, metricsFamilyUsage)
 	addActivatorFlags(f, &activatorQueue, &activatorWait)

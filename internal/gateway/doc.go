@@ -51,16 +51,22 @@
 //
 // # Balancing
 //
-// Options.Policy picks one candidate per attempt: "p2c" (the default:
-// power of two choices over a load score of in-flight requests, peak-EWMA
-// latency and, from Options.Metrics while fresh, queue depth and batch
-// size; see Score and P2C), "least-request", "round-robin" (smooth
-// weighted) or "weighted" (random in proportion to Backend.Weight, the
-// weights an AIBalancer computes). Options.Metrics is read in the
-// background every Options.MetricsInterval and stored on each backend for
-// the policy to read atomically; metrics older than Options.MetricsMaxAge
-// count as missing, and missing metrics make the comparison fall back to
-// the gateway's own signals (SignalStatus says which a pool is on).
+// Options.Policy picks one candidate per attempt: "prefix-aware" (the
+// default: for the generation APIs, the backend that should still hold the
+// longest leading part of the prompt in its prefix cache, as long as its
+// load is within twice the least loaded one's, a new prefix going
+// to its rendezvous-hashed home; without a prefix signal, "least-cost";
+// see PrefixAware), "least-cost" (the lowest load score of all candidates:
+// in-flight requests, peak-EWMA latency and, from Options.Metrics while
+// fresh, queue depth and batch size; see Score and LeastCost), "p2c" (the
+// same score over two random candidates; see P2C), "least-request",
+// "round-robin" (smooth weighted) or "weighted" (random in proportion to
+// Backend.Weight, the weights an AIBalancer computes). Options.Metrics is
+// read in the background every Options.MetricsInterval and stored on each
+// backend for the policy to read atomically; metrics older than
+// Options.MetricsMaxAge count as missing, and missing metrics make the
+// comparison fall back to the gateway's own signals (SignalStatus says
+// which a pool is on).
 //
 // # Backends and health
 //

@@ -71,8 +71,8 @@ type Backend struct {
 // Options configures a Gateway. The zero value is valid: every zero field
 // takes its default.
 type Options struct {
-	// Policy is "p2c" (the default), "least-request", "round-robin" or
-	// "weighted"; see PolicyNames.
+	// Policy is "prefix-aware" (the default), "least-cost", "p2c",
+	// "least-request", "round-robin" or "weighted"; see PolicyNames.
 	Policy string
 	// CustomPolicy, if non-nil, is used instead of the one named by Policy.
 	CustomPolicy Policy
@@ -173,6 +173,12 @@ type Options struct {
 	// MetricsMaxAge is the age beyond which a backend's metrics are stale
 	// and ignored. 0 means four MetricsIntervals.
 	MetricsMaxAge time.Duration
+	// PrefixIndexBlocks is how many prefix blocks (of
+	// DefaultPrefixBlockBytes, about 16 tokens) the prefix-aware policy
+	// remembers per backend: size it like one backend's prefix cache
+	// (tokens / 16). 0 means DefaultPrefixIndexBlocks; ignored by other
+	// policies and by a CustomPolicy that sets its own.
+	PrefixIndexBlocks int
 	// LatencyDecay is the time constant of the peak-EWMA latency estimate
 	// (see Upstream.PeakLatency). 0 means DefaultLatencyDecay.
 	LatencyDecay time.Duration
@@ -203,6 +209,7 @@ type Options struct {
 // concurrent use.
 type Gateway struct {
 	policy        Policy
+	prefix        *PrefixAware // g.policy, if it is one: it gets the prompt
 	transport     http.RoundTripper
 	ownTransport  *http.Transport
 	probeOnce     sync.Once
@@ -428,6 +435,30 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	var pa *PrefixAware
+	switch p := g.policy.(type) {
+	case *PrefixAware:
+		pa = p
+	case *LeastCost:
+		pa = &p.PrefixAware
+	}
+	if pa != nil {
+		if pa.IndexBlocks == 0 {
+			pa.IndexBlocks = opts.PrefixIndexBlocks
+		}
+		if pa.Clock == nil {
+			pa.Clock = g.clock
+		}
+		if pa.MaxAge == 0 {
+			pa.MaxAge = g.metricsMaxAge
+		}
+		if pa.Decay == 0 {
+			pa.Decay = g.latencyDecay
+		}
+	}
+	if p, ok := g.policy.(*PrefixAware); ok {
+		g.prefix = p
 	}
 	if p, ok := g.policy.(*P2C); ok {
 		if p.Clock == nil {

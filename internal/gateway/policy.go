@@ -23,8 +23,15 @@ type Policy interface {
 
 // Policy names accepted by Options.Policy.
 const (
-	// PolicyP2C is the default: power of two choices over a load score of
-	// queue depth, in-flight requests and peak-EWMA latency (P2C).
+	// PolicyPrefixAware is the default: prefix-cache affinity with bounded
+	// load over the least-cost picker (PrefixAware).
+	PolicyPrefixAware = "prefix-aware"
+	// PolicyLeastCost is the default's load-only part: the lowest load
+	// Score of all candidates (LeastCost).
+	PolicyLeastCost = "least-cost"
+	// PolicyP2C is power of two choices over the load Score of queue
+	// depth, in-flight requests and peak-EWMA latency (P2C), the default
+	// before prefix-aware.
 	PolicyP2C          = "p2c"
 	PolicyLeastRequest = "least-request"
 	PolicyRoundRobin   = "round-robin"
@@ -34,12 +41,16 @@ const (
 )
 
 // PolicyNames lists the names NewPolicy accepts, the default first.
-var PolicyNames = []string{PolicyP2C, PolicyLeastRequest, PolicyRoundRobin, PolicyWeighted}
+var PolicyNames = []string{PolicyPrefixAware, PolicyLeastCost, PolicyP2C, PolicyLeastRequest, PolicyRoundRobin, PolicyWeighted}
 
-// NewPolicy returns the policy with the given name; "" means p2c.
+// NewPolicy returns the policy with the given name; "" means prefix-aware.
 func NewPolicy(name string) (Policy, error) {
 	switch name {
-	case "", PolicyP2C:
+	case "", PolicyPrefixAware:
+		return &PrefixAware{}, nil
+	case PolicyLeastCost:
+		return &LeastCost{}, nil
+	case PolicyP2C:
 		return &P2C{}, nil
 	case PolicyLeastRequest:
 		return &LeastRequest{}, nil

@@ -116,7 +116,8 @@ func TestRoundRobinPick(t *testing.T) {
 
 func TestNewPolicy(t *testing.T) {
 	for name, want := range map[string]string{
-		"": "*gateway.P2C", "p2c": "*gateway.P2C", "least-request": "*gateway.LeastRequest",
+		"": "*gateway.PrefixAware", "prefix-aware": "*gateway.PrefixAware", "least-cost": "*gateway.LeastCost",
+		"p2c": "*gateway.P2C", "least-request": "*gateway.LeastRequest",
 		"round-robin": "*gateway.RoundRobin", "weighted": "*gateway.Weighted",
 	} {
 		p, err := NewPolicy(name)

@@ -59,6 +59,10 @@ type exchange struct {
 	deadline time.Time // end of the wait for a backend; zero until the first wait
 	model    string    // the body's "model", if hasModel
 	hasModel bool
+	// prefix: the prompt's block hashes for the prefix-aware policy, once
+	// computed (prefixDone).
+	prefix     []uint64
+	prefixDone bool
 	// stripUsage: the gateway asked the backend for the stream's usage,
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
@@ -360,7 +364,18 @@ func (e *exchange) pick() *Upstream {
 		if len(cands) == 0 {
 			return nil
 		}
-		u := g.policy.Pick(cands, e.r)
+		var u *Upstream
+		if g.prefix != nil {
+			if !e.prefixDone {
+				e.prefixDone = true
+				if model, text, ok := promptText(e.path, e.body); ok && e.r.Method == http.MethodPost {
+					e.prefix = prefixHashes(model, text, g.prefix.blockBytes())
+				}
+			}
+			u = g.prefix.pickPrompt(cands, e.prefix)
+		} else {
+			u = g.policy.Pick(cands, e.r)
+		}
 		if u == nil {
 			u = cands[0] // a CustomPolicy that breaks its contract
 		}
@@ -369,6 +384,9 @@ func (e *exchange) pick() *Upstream {
 		// InFlight as 0 knows that no request can still start here.
 		u.inflight.Add(1)
 		if !u.draining.Load() && !u.removed.Load() {
+			if g.prefix != nil {
+				g.prefix.record(u, e.prefix)
+			}
 			return u
 		}
 		g.release(u)

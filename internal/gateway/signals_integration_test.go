@@ -246,10 +246,10 @@ func TestLocalMetrics(t *testing.T) {
 	}
 }
 
-// TestP2CIsTheDefaultAndAvoidsASlowBackend: with no options, a backend
+// TestTheDefaultAvoidsASlowBackend: with no options, a backend
 // three times slower to answer gets clearly fewer of 60 concurrent-ish
 // requests than the fast ones.
-func TestP2CIsTheDefaultAndAvoidsASlowBackend(t *testing.T) {
+func TestTheDefaultAvoidsASlowBackend(t *testing.T) {
 	var set []Backend
 	for i, d := range []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond} {
 		id := fmt.Sprint("b", i)

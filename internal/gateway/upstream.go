@@ -78,6 +78,9 @@ type Upstream struct {
 	probeFails int        // consecutive failed probes
 	lastErr    string     // last failure, for the admin view
 
+	// blocks are the prefix blocks the prefix-aware policy sent here.
+	blocks blockIndex
+
 	// rrCurrent is the smooth weighted round-robin state, guarded by the
 	// RoundRobin policy's mutex.
 	rrCurrent int64

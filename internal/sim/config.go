@@ -62,6 +62,19 @@ type Config struct {
 	// /api/embed, /api/embeddings and /v1/embeddings; default 768, capped at
 	// MaxEmbeddingDim. Non-positive values mean the default.
 	EmbeddingDim int
+	// PrefixCacheTokens is the capacity in tokens of the simulated prefix
+	// cache (see prefixCache): prompts are tokenized, their leading blocks
+	// already cached are not prefilled again, and vLLM's prefix-cache
+	// counters are exported. 0 (or less than a block) means no cache.
+	PrefixCacheTokens int
+	// PrefixBlockTokens is the cache's block size in tokens; default
+	// DefaultPrefixBlockTokens (16, vLLM's).
+	PrefixBlockTokens int
+	// PrefillTokensPerSecond is the prefill speed: each prompt token not
+	// found in the prefix cache adds 1/PrefillTokensPerSecond seconds (times
+	// SlowFactor) to the time to first token. 0 means prompt length costs
+	// nothing (the prefill is TTFT alone).
+	PrefillTokensPerSecond float64
 	// InstanceID is reported in the X-Tidegpu-Instance response header and
 	// in the tidegpu_sim_info metric.
 	InstanceID string
@@ -115,6 +128,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if out.OutputTokens > MaxOutputTokens {
 		out.OutputTokens = MaxOutputTokens
+	}
+	if cfg.PrefixCacheTokens < 0 {
+		out.PrefixCacheTokens = 0
+	}
+	if !(cfg.PrefillTokensPerSecond > 0) || math.IsInf(cfg.PrefillTokensPerSecond, 1) {
+		out.PrefillTokensPerSecond = 0
 	}
 	if !(cfg.SlowFactor > 0) || math.IsInf(cfg.SlowFactor, 1) {
 		out.SlowFactor = DefaultSlowFactor

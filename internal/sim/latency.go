@@ -28,6 +28,25 @@ func timeToFirstToken(cfg Config) time.Duration {
 	return scaleDuration(cfg.TTFT, cfg.SlowFactor)
 }
 
+// prefillTime is the time to first token of a request once admitted, of
+// which uncached prompt tokens are not in the prefix cache:
+//
+//	SlowFactor × (TTFT + uncached / PrefillTokensPerSecond)
+//
+// the second term only when PrefillTokensPerSecond is set. cfg must have
+// its defaults applied.
+func prefillTime(cfg Config, uncached int) time.Duration {
+	base := timeToFirstToken(cfg)
+	if !(cfg.PrefillTokensPerSecond > 0) || uncached <= 0 {
+		return base
+	}
+	extra := scaleDuration(time.Second, cfg.SlowFactor*float64(uncached)/cfg.PrefillTokensPerSecond)
+	if base > math.MaxInt64-extra {
+		return math.MaxInt64
+	}
+	return base + extra
+}
+
 // timePerOutputToken is the time to produce one more token of a sequence
 // while running sequences decode together (running counts the sequence
 // itself, values below 1 count as 1):

@@ -19,6 +19,9 @@ const (
 	metricPromptTokens    = "vllm:prompt_tokens_total"
 	metricGenTokens       = "vllm:generation_tokens_total"
 	metricRequestSuccess  = "vllm:request_success_total"
+	metricPrefixQueries   = "vllm:prefix_cache_queries_total"
+	metricPrefixHits      = "vllm:prefix_cache_hits_total"
+	metricPrefixUsage     = "tidegpu_sim_prefix_cache_usage"
 	metricGPUUtilization  = "tidegpu_sim_gpu_utilization"
 	metricInfo            = "tidegpu_sim_info"
 	labelModelName        = "model_name"
@@ -53,6 +56,10 @@ type metrics struct {
 	promptTokens *prometheus.CounterVec
 	genTokens    *prometheus.CounterVec
 	success      *prometheus.CounterVec
+	// vLLM's prefix-cache counters count prompt tokens: looked up, and
+	// found in the cache.
+	prefixQueries *prometheus.CounterVec
+	prefixHits    *prometheus.CounterVec
 
 	models   []string
 	maxBatch int
@@ -105,6 +112,12 @@ func newMetrics(cfg Config, now func() time.Time) *metrics {
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricRequestSuccess, Help: "Count of successfully processed requests.",
 	}, []string{labelModelName, labelFinishedReason})
+	m.prefixQueries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPrefixQueries, Help: "Prefix cache queries, in terms of number of queried tokens.",
+	}, labels)
+	m.prefixHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPrefixHits, Help: "Prefix cache hits, in terms of number of cached tokens.",
+	}, labels)
 	util := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: metricGPUUtilization, Help: utilizationMetricHelp,
 	}, m.utilization)
@@ -114,7 +127,7 @@ func newMetrics(cfg Config, now func() time.Time) *metrics {
 	})
 	info.Set(1)
 	m.reg.MustRegister(m.running, m.waiting, m.kvCacheUsage, m.ttft, m.tpot, m.e2e,
-		m.queueTime, m.promptTokens, m.genTokens, m.success, util, info)
+		m.queueTime, m.promptTokens, m.genTokens, m.success, m.prefixQueries, m.prefixHits, util, info)
 
 	// Create every per-model series up front so that scrapers see zeros
 	// before the first request.
@@ -128,6 +141,8 @@ func newMetrics(cfg Config, now func() time.Time) *metrics {
 		m.queueTime.WithLabelValues(model)
 		m.promptTokens.WithLabelValues(model)
 		m.genTokens.WithLabelValues(model)
+		m.prefixQueries.WithLabelValues(model)
+		m.prefixHits.WithLabelValues(model)
 		for _, reason := range []string{finishStop, finishLength} {
 			m.success.WithLabelValues(model, reason)
 		}
@@ -158,4 +173,18 @@ func (m *metrics) utilization() float64 {
 	m.utilMu.Lock()
 	defer m.utilMu.Unlock()
 	return smooth(m.util, m.utilNow, m.nowFunc().Sub(m.utilAt), utilizationSmoothing)
+}
+
+// watchCache exports the fill of the prefix cache c, if there is one:
+// the fraction of its capacity holding cached blocks. It is not
+// vllm:kv_cache_usage_perc, which (as in vLLM, where cached blocks no
+// running request uses are free to evict) stays the share of the batch
+// the running sequences take.
+func (m *metrics) watchCache(c *prefixCache) {
+	if c == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metricPrefixUsage, Help: "Fraction of the simulated prefix cache holding cached blocks (0..1).",
+	}, c.usage))
 }

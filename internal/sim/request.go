@@ -47,6 +47,7 @@ type genRequest struct {
 	includeUsage bool    // OpenAI stream_options.include_usage
 	promptTokens int     // estimated, >= 1
 	seed         int     // start position in the generated text
+	prompt       string  // the prompt text the prefix cache sees
 	limit        int     // requested number of output tokens; 0 = not set
 	loadOnly     bool    // Ollama request without messages/prompt: only "load" the model
 	instructions *string // OpenAI Responses: echoed back
@@ -178,6 +179,7 @@ func parseOllamaChat(body []byte) (genRequest, *apiError) {
 		stream:       req.Stream == nil || *req.Stream,
 		promptTokens: promptTokenEstimate(contentBytes(req.Messages)),
 		seed:         textSeed(prompt.String()),
+		prompt:       prompt.String(),
 		limit:        limit,
 		loadOnly:     len(req.Messages) == 0,
 	}
@@ -215,6 +217,7 @@ func parseOllamaGenerate(body []byte) (genRequest, *apiError) {
 		stream:       req.Stream == nil || *req.Stream,
 		promptTokens: promptTokenEstimate(len(req.System) + len(req.Prompt) + len(req.Suffix)),
 		seed:         textSeed(req.System + "\n" + req.Prompt),
+		prompt:       req.System + "\n" + req.Prompt,
 		limit:        limit,
 		loadOnly:     req.Prompt == "" && req.Suffix == "",
 	}
@@ -346,6 +349,7 @@ func parseOpenAIChat(body []byte) (genRequest, *apiError) {
 		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 		promptTokens: promptTokenEstimate(size),
 		seed:         textSeed(prompt.String()),
+		prompt:       prompt.String(),
 		limit:        limit,
 	}
 	return g.withOpenAIChatShape(&req, lastUser)
@@ -409,6 +413,7 @@ func parseOpenAICompletion(body []byte) (genRequest, *apiError) {
 		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 		promptTokens: tokens,
 		seed:         textSeed(text),
+		prompt:       text,
 		limit:        limit,
 	}
 	return g.withOpenAICompletionShape(&req)

@@ -84,6 +84,7 @@ func parseOpenAIResponses(body []byte) (genRequest, *apiError) {
 		stream:       req.Stream,
 		promptTokens: promptTokenEstimate(size),
 		seed:         textSeed(prompt),
+		prompt:       prompt,
 		limit:        limit,
 		instructions: req.Instructions,
 	}

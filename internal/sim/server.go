@@ -37,6 +37,7 @@ type Server struct {
 	mux     *http.ServeMux
 	adm     *admission
 	met     *metrics
+	cache   *prefixCache      // nil: no prefix caching
 	models  map[string]string // accepted name -> configured name
 	started time.Time
 	ids     atomic.Uint64
@@ -57,11 +58,13 @@ func New(cfg Config) *Server {
 		mux:     http.NewServeMux(),
 		adm:     newAdmission(cfg.MaxBatch, cfg.MaxQueue),
 		met:     newMetrics(cfg, time.Now),
+		cache:   newPrefixCache(cfg.PrefixCacheTokens, cfg.PrefixBlockTokens),
 		models:  map[string]string{},
 		started: time.Now(),
 		done:    make(chan struct{}),
 	}
 	s.adm.onChange = s.met.loadChanged
+	s.met.watchCache(s.cache)
 	for _, m := range cfg.Models {
 		s.models[m] = m
 	}
@@ -459,7 +462,7 @@ func (s *Server) generate(ctx context.Context, w http.ResponseWriter, req genReq
 	reason := req.choices[0].reason
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	due := t.admitted.Add(timeToFirstToken(s.cfg))
+	due := t.admitted.Add(prefillTime(s.cfg, s.uncachedTokens(req, model)))
 	genTokens := s.met.genTokens.WithLabelValues(model)
 	for i := range n {
 		if i > 0 {

@@ -1,0 +1,534 @@
+package prefixbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway"
+	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/sim"
+)
+
+// The experiment's parameters.
+const (
+	seed           = 20261201
+	backends       = 4
+	model          = "qwen2:0.5b"
+	requestTimeout = 5 * time.Minute
+	// Each simulated backend's KV cache holds 24,000 tokens: eight of the
+	// 16 tenants' system prompts, half of them. Spread over four backends
+	// the prompts and the live conversations fit; copied onto every
+	// backend they do not.
+	cacheTokens = 24000
+	indexBlocks = cacheTokens * 4 / gateway.DefaultPrefixBlockBytes
+)
+
+// secondsEnv sets the measured seconds per balancer and load (default 10,
+// which keeps the run in `make test` near two minutes; the figures in
+// BENCHMARKS.md use 30); onlyEnv runs only the balancers whose names
+// contain one of its comma-separated substrings.
+const (
+	secondsEnv = "TIDEGPU_PREFIX_SECONDS"
+	onlyEnv    = "TIDEGPU_PREFIX_ONLY"
+)
+
+// workload is the shared-prefix chat workload: 16 tenants with system
+// prompts of 3,000 tokens, popularity skewed (the first tenant starts
+// about five times the conversations of the last), conversations of four
+// turns 2 s apart on average, 30 tokens per question and 60 per answer.
+func workload() Workload {
+	return Workload{Tenants: 16, SystemTokens: 3000, Turns: 4, UserTokens: 30, AssistantTokens: 60, Think: 2 * time.Second, Skew: 0.6}
+}
+
+// backend is each simulator's latency model: 20 ms base prefill plus 5,000
+// uncached prompt tokens per second (a whole system prompt costs 600 ms),
+// 50 ms per output token (2 % slower per extra running sequence), 16
+// output tokens, batches of 16.
+func backend() Backend {
+	return Backend{TTFT: 20 * time.Millisecond, PrefillRate: 5000, TokenTime: 50 * time.Millisecond, BatchSlowdown: 0.02, MaxBatch: 16, OutputTokens: 16}
+}
+
+// result is one request's outcome.
+type result struct {
+	ttft, e2e time.Duration
+	end       time.Duration // since the start of the run
+	tokens    int
+	backend   string
+	err       error
+}
+
+// row is one balancer's summary at one load.
+type row struct {
+	name                   string
+	n, errs                int
+	ttft50, ttft90, ttft99 time.Duration
+	e2e99                  time.Duration
+	tokensPerSec           float64
+	hitRate                float64
+}
+
+// balancer starts a balancer in front of the simulators' addresses and
+// returns its base URL ("" if not available here) and a stop function.
+type balancer struct {
+	name  string
+	start func(t *testing.T, addrs []string) (url string, stop func())
+}
+
+const (
+	rowRR      = "round-robin"
+	rowP2C     = "p2c + /metrics scrape"
+	rowDefault = "prefix-aware + /metrics scrape (default)"
+	rowLeast   = "HAProxy balance leastconn"
+	rowSession = "HAProxy hash on X-Session-Id (consistent)"
+	rowTenant  = "HAProxy hash on X-Tenant-Id (consistent, bounded 125 %)"
+)
+
+// debugEnv turns on debugRows.
+const debugEnv = "TIDEGPU_PREFIX_DEBUG"
+
+// boundEnv overrides the default policy's load bound (an experiment:
+// BENCHMARKS.md compares 2 and 3).
+const boundEnv = "TIDEGPU_PREFIX_BOUND"
+
+var loadBound, _ = strconv.ParseFloat(os.Getenv(boundEnv), 64)
+
+func TestPrefixRouting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prefix-routing benchmark: about two minutes; runs without -short")
+	}
+	warmup, measured := 8*time.Second, 10*time.Second
+	if v := os.Getenv(secondsEnv); v != "" {
+		s, err := strconv.Atoi(v)
+		if err != nil || s < 5 || s > 600 {
+			t.Fatalf("%s=%q: want seconds in 5..600", secondsEnv, v)
+		}
+		measured = time.Duration(s) * time.Second
+	}
+	w, b := workload(), backend()
+	capacity := Capacity(b, backends, w.NewTokens())
+	t.Logf("backends: %d, each batch %d, TTFT %v + 1/%.0f s per uncached prompt token, %v/token, %d output tokens, prefix cache %d tokens",
+		backends, b.MaxBatch, b.TTFT, b.PrefillRate, b.TokenTime, b.OutputTokens, cacheTokens)
+	t.Logf("workload: %d tenants x %d-token system prompts, %d turns, %d+%d tokens per turn, think %v; capacity with every history cached %.1f req/s (slot %v; %v with the system prompt uncached)",
+		w.Tenants, w.SystemTokens, w.Turns, w.UserTokens, w.AssistantTokens, w.Think, capacity,
+		b.SlotTime(w.NewTokens()).Round(time.Millisecond), b.SlotTime(w.NewTokens()+float64(w.SystemTokens)).Round(time.Millisecond))
+
+	haproxy := haproxyBinary()
+	balancers := []balancer{
+		{rowRR, gatewayBalancer(gateway.PolicyRoundRobin, false)},
+		{rowP2C, gatewayBalancer(gateway.PolicyP2C, true)},
+		{rowDefault, gatewayBalancer(gateway.PolicyPrefixAware, true)},
+	}
+	if haproxy == "" {
+		t.Log("haproxy not found (Debian package `haproxy`, /usr/sbin/haproxy): the HAProxy rows are left out")
+	} else {
+		balancers = append(balancers,
+			balancer{rowLeast, haproxyBalancer(haproxy, "leastconn", "", 0)},
+			balancer{rowSession, haproxyBalancer(haproxy, "hdr("+SessionHeader+")", "consistent", 0)},
+			balancer{rowTenant, haproxyBalancer(haproxy, "hdr("+TenantHeader+")", "consistent", 125)},
+		)
+	}
+	if only := os.Getenv(onlyEnv); only != "" {
+		balancers = slices.DeleteFunc(balancers, func(b balancer) bool {
+			return !slices.ContainsFunc(strings.Split(only, ","), func(s string) bool { return strings.Contains(b.name, s) })
+		})
+	}
+
+	var table strings.Builder
+	table.WriteString("| load | balancer | requests | errors | TTFT p50 | TTFT p90 | TTFT p99 | e2e p99 | output tokens/s | cache hit rate |\n")
+	table.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	var goals []string
+	for _, load := range []float64{0.5, 0.8} {
+		rate := load * capacity
+		turns := w.Schedule(rate/w.RequestsPerConversation(), warmup+measured, seed)
+		t.Logf("load %.0f%%: %.1f req/s offered, %d requests over %v (first %v unmeasured)", load*100, rate, len(turns), warmup+measured, warmup)
+		rows := map[string]row{}
+		for _, bal := range balancers {
+			addrs, sims := startSims(t, b)
+			url, stop := bal.start(t, addrs)
+			if url == "" {
+				closeSims(sims)
+				continue
+			}
+			res := drive(url, turns)
+			stop()
+			r := summarize(bal.name, turns, res, warmup, measured)
+			if os.Getenv(debugEnv) != "" {
+				debugRows(t, turns, res, warmup)
+			}
+			r.hitRate = hitRate(t, addrs)
+			closeSims(sims)
+			rows[bal.name] = r
+			t.Logf("%.0f%% %-45s %d requests, %d errors, TTFT p90 %v, hit rate %.2f", load*100, bal.name, r.n, r.errs, r.ttft90, r.hitRate)
+			fmt.Fprintf(&table, "| %.0f %% | %s | %d | %d | %s | %s | %s | %s | %.0f | %.1f %% |\n", load*100, r.name, r.n, r.errs,
+				ms(r.ttft50), ms(r.ttft90), ms(r.ttft99), ms(r.e2e99), r.tokensPerSec, 100*r.hitRate)
+			if r.errs > 0 {
+				t.Errorf("%.0f%% %s: %d failed requests", load*100, r.name, r.errs)
+			}
+		}
+		d, ok := rows[rowDefault]
+		if !ok {
+			continue
+		}
+		if p, ok := rows[rowP2C]; ok {
+			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than p2c's (goal: >= 5x)", load*100, ratio(p.ttft90, d.ttft90)))
+			if 5*d.ttft90 > p.ttft90 {
+				t.Errorf("goal missed at %.0f%%: the default's TTFT p90 %v is not 5x lower than p2c's %v", load*100, d.ttft90, p.ttft90)
+			}
+		}
+		if h, ok := rows[rowSession]; ok {
+			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than HAProxy's consistent hashing on the session (goal: >= 2x)", load*100, ratio(h.ttft90, d.ttft90)))
+			if 2*d.ttft90 > h.ttft90 {
+				t.Errorf("goal missed at %.0f%%: the default's TTFT p90 %v is not 2x lower than HAProxy's session hashing %v", load*100, d.ttft90, h.ttft90)
+			}
+		}
+		if h, ok := rows[rowTenant]; ok {
+			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than HAProxy's bounded consistent hashing on the tenant (no goal)", load*100, ratio(h.ttft90, d.ttft90)))
+		}
+	}
+	t.Logf("results (TTFT over all requests, all streamed):\n%s", table.String())
+	for _, g := range goals {
+		t.Log(g)
+	}
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// startSims starts the simulated backends, fresh (cold caches) for each
+// balancer, each on its own loopback socket.
+func startSims(t *testing.T, b Backend) ([]string, []func()) {
+	var addrs []string
+	var stops []func()
+	for i := range backends {
+		s := sim.New(sim.Config{
+			Models: []string{model}, TTFT: b.TTFT, TokenTime: b.TokenTime, BatchSlowdown: b.BatchSlowdown, MaxBatch: b.MaxBatch,
+			OutputTokens: b.OutputTokens, PrefixCacheTokens: cacheTokens, PrefillTokensPerSecond: b.PrefillRate,
+			InstanceID: fmt.Sprint("sim-", i),
+		})
+		srv := httptest.NewServer(s)
+		addrs = append(addrs, srv.Listener.Addr().String())
+		stops = append(stops, func() { srv.CloseClientConnections(); srv.Close(); s.Close() })
+	}
+	t.Cleanup(func() { closeSims(stops) })
+	return addrs, stops
+}
+
+func closeSims(stops []func()) {
+	for _, s := range stops {
+		s()
+	}
+}
+
+// hitRate reads vLLM's prefix-cache counters from every simulator's
+// /metrics: hits / queries, in tokens, over the whole run.
+func hitRate(t *testing.T, addrs []string) float64 {
+	var hits, queries float64
+	for _, a := range addrs {
+		resp, err := http.Get("http://" + a + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for line := range strings.SplitSeq(string(body), "\n") {
+			name, rest, ok := strings.Cut(line, "{")
+			if !ok {
+				continue
+			}
+			_, val, _ := strings.Cut(rest, "} ")
+			v, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			switch name {
+			case "vllm:prefix_cache_hits_total":
+				hits += v
+			case "vllm:prefix_cache_queries_total":
+				queries += v
+			}
+		}
+	}
+	if queries == 0 {
+		return 0
+	}
+	return hits / queries
+}
+
+// summarize takes the requests scheduled after the warm-up; output tokens
+// per second counts the tokens of requests that finished inside the
+// measured window.
+func summarize(name string, turns []Turn, res []result, warmup, measured time.Duration) row {
+	r := row{name: name}
+	var ttft, e2e []time.Duration
+	tokens := 0
+	for i, tu := range turns {
+		x := res[i]
+		if x.err == nil && x.end >= warmup && x.end < warmup+measured {
+			tokens += x.tokens
+		}
+		if tu.At < warmup {
+			continue
+		}
+		r.n++
+		if x.err != nil {
+			r.errs++
+			continue
+		}
+		ttft = append(ttft, x.ttft)
+		e2e = append(e2e, x.e2e)
+	}
+	r.ttft50, r.ttft90, r.ttft99 = Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)
+	r.e2e99 = Percentile(e2e, 99)
+	r.tokensPerSec = float64(tokens) / measured.Seconds()
+	return r
+}
+
+// drive sends the turns open-loop: each at its time whatever the others
+// are doing, latency counted from its scheduled time.
+func drive(base string, turns []Turn) []result {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true, Proxy: nil}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	res := make([]result, len(turns))
+	var wg sync.WaitGroup
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	start := time.Now()
+	for i, tu := range turns {
+		at := start.Add(tu.At)
+		if d := time.Until(at); d > 0 {
+			timer.Reset(d)
+			<-timer.C // pacing the open-loop generator, not a synchronisation
+		}
+		wg.Go(func() {
+			res[i] = send(client, base, tu, at)
+			res[i].end = time.Since(start)
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// send issues one turn, streamed: odd tenants through Ollama's /api/chat
+// (NDJSON), even ones through OpenAI's /v1/chat/completions (SSE). It
+// counts a token per content chunk.
+func send(client *http.Client, base string, tu Turn, at time.Time) result {
+	var r result
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	msgs := make([]map[string]string, 0, 2+2*tu.Index)
+	for _, m := range tu.Prompt() {
+		msgs = append(msgs, map[string]string{"role": m.Role, "content": m.Content})
+	}
+	ollama := tu.Conv.Tenant%2 == 1
+	path := "/v1/chat/completions"
+	if ollama {
+		path = "/api/chat"
+	}
+	body, _ := json.Marshal(map[string]any{"model": model, "stream": true, "messages": msgs})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(SessionHeader, strconv.Itoa(tu.Conv.ID))
+	req.Header.Set(TenantHeader, strconv.Itoa(tu.Conv.Tenant))
+	resp, err := client.Do(req)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer resp.Body.Close()
+	r.backend = resp.Header.Get(sim.InstanceHeader)
+	if resp.StatusCode != http.StatusOK {
+		r.err = fmt.Errorf("status %s", resp.Status)
+		return r
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadBytes('\n')
+		content := ollama && bytes.Contains(line, []byte(`"done":false`)) ||
+			!ollama && bytes.HasPrefix(line, []byte("data: {")) && bytes.Contains(line, []byte(`"content":"`))
+		if content {
+			if r.tokens == 0 {
+				r.ttft = time.Since(at)
+			}
+			r.tokens++
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			r.err = err
+			return r
+		}
+	}
+	if r.tokens == 0 {
+		r.err = errors.New("no content chunk")
+		return r
+	}
+	r.e2e = time.Since(at)
+	return r
+}
+
+// gatewayBalancer runs the built-in gateway in this process with policy
+// and, if withScrape, the direct /metrics scrape every 250 ms.
+func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []string) (string, func()) {
+	return func(t *testing.T, addrs []string) (string, func()) {
+		// The prefix index sized like the backends' caches: 24,000 tokens
+		// of about 4 bytes are 1,500 blocks of 64 bytes.
+		opts := gateway.Options{Policy: policy, PrefixIndexBlocks: indexBlocks}
+		if policy == gateway.PolicyPrefixAware && loadBound != 0 {
+			opts.CustomPolicy = &gateway.PrefixAware{LoadBound: loadBound}
+		}
+		var src loadmetrics.Source
+		if withScrape {
+			src = loadmetrics.NewScrape(loadmetrics.ScrapeOptions{Timeout: 500 * time.Millisecond})
+			opts.Metrics, opts.MetricsInterval, opts.MetricsMaxAge = src, 250*time.Millisecond, time.Second
+		}
+		g, err := gateway.New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bs []gateway.Backend
+		for i, a := range addrs {
+			bs = append(bs, gateway.Backend{ID: fmt.Sprint("b", i), Pool: "bench", Address: a})
+		}
+		g.SetBackends("bench", bs)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		if src != nil {
+			deadline := time.Now().Add(10 * time.Second)
+			for g.SignalStatus()["bench"].Fresh < len(addrs) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no fresh metrics: %+v", g.SignalStatus())
+				}
+				time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+			}
+		}
+		return "http://" + ln.Addr().String(), func() {
+			_ = srv.Close()
+			g.Close()
+			if src != nil {
+				src.Close()
+			}
+		}
+	}
+}
+
+func haproxyBinary() string {
+	if p, err := exec.LookPath("haproxy"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
+		return "/usr/sbin/haproxy"
+	}
+	return ""
+}
+
+// haproxyBalancer runs HAProxy (its own process) on loopback with the
+// given balance algorithm.
+func haproxyBalancer(bin, balance, hashType string, factor int) func(t *testing.T, addrs []string) (string, func()) {
+	return func(t *testing.T, addrs []string) (string, func()) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen := ln.Addr().String()
+		ln.Close()
+		cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+		if err := os.WriteFile(cfg, []byte(HAProxyConfig(listen, addrs, balance, hashType, factor)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd := exec.Command(bin, "-f", cfg, "-db")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting haproxy: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		stop := func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		base := "http://" + listen
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(base + "/")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = errors.New(resp.Status)
+			}
+			select {
+			case <-done:
+				t.Fatalf("haproxy exited: %s", out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				stop()
+				t.Fatalf("haproxy not answering: %v; output: %s", err, out.String())
+			}
+			time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+		}
+		return base, stop
+	}
+}
+
+// debugRows (TIDEGPU_PREFIX_DEBUG=1) logs, for the measured turns, how
+// many went to another backend than their conversation's previous turn
+// ("moved") and how many waited over 200 ms for their first token
+// ("slow"), by turn index, and which backends served each tenant.
+func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
+	type key struct {
+		turn        int
+		moved, slow bool
+	}
+	prev := map[int]string{}
+	homes := map[int]map[string]int{}
+	count := map[key]int{}
+	for i, tu := range turns {
+		x := res[i]
+		p, had := prev[tu.Conv.ID]
+		prev[tu.Conv.ID] = x.backend
+		if homes[tu.Conv.Tenant] == nil {
+			homes[tu.Conv.Tenant] = map[string]int{}
+		}
+		homes[tu.Conv.Tenant][x.backend]++
+		if tu.At >= warmup {
+			count[key{tu.Index, had && p != x.backend, x.ttft > 200*time.Millisecond}]++
+		}
+	}
+	t.Logf("turns by (turn, moved, slow): %v", count)
+	t.Logf("tenant -> backends: %v", homes)
+}

@@ -1,0 +1,370 @@
+package gateway
+
+import (
+	"container/list"
+	"encoding/binary"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the prefix-aware policy.
+const (
+	// DefaultPrefixIndexBlocks is how many prefix blocks the gateway
+	// remembers per backend: 32768 blocks of 64 bytes, about 500,000
+	// tokens, the KV cache of a large GPU serving a mid-size model. A
+	// backend that holds less evicts sooner than the gateway forgets,
+	// which only costs a miss there; the bound on load keeps a backend the
+	// index overrates from drawing more than its share. Size it like the
+	// backends' caches (PrefixAware.IndexBlocks): a gateway that remembers
+	// far more than they hold sends conversations where their prefix was
+	// evicted.
+	DefaultPrefixIndexBlocks = 1 << 15
+	// DefaultPrefixLoadBound is how much more loaded than the least loaded
+	// candidate a backend holding a longer prefix may be and still get the
+	// request: a hot prefix spills to other backends once its home is twice
+	// as loaded. Load is Score's work: an idle backend counts 1, a full
+	// batch 2, and each request that would wait for a slot one more; so the
+	// home keeps a prefix while its batch has room and spills as soon as a
+	// request would wait for a slot while another backend is nearly idle.
+	// bench/prefix measured 2, 3 and 5 (BENCHMARKS.md): waiting in the
+	// home's queue for a slot cost more than prefilling again elsewhere.
+	DefaultPrefixLoadBound = 2.0
+)
+
+// PrefixAware is the default policy: prefix-cache affinity with a bound on
+// load, over the least-cost picker.
+//
+// The gateway has the buffered body before it picks, so for the generation
+// APIs (see promptText) it hashes the prompt's leading blocks of
+// BlockBytes, chained (block i's hash covers the model and all bytes up to
+// the end of block i), and keeps per backend an LRU index of the blocks it
+// sent there — an approximation of the backend's own prefix cache, as the
+// Gateway API Inference Extension's prefix plugin keeps. For each
+// candidate it knows the number of leading blocks the backend should still
+// hold, its load — the work of Score without the latency pace: in-flight
+// requests and queue, a request inside a free batch slot counting 1/B —
+// and its cost, the full Score (see Score; both on the signals all
+// candidates have). Then (prefixChoose):
+//
+//   - a candidate whose load is above LoadBound × the least loaded one's
+//     is out (bounded load: a hot prefix spills instead of melting its
+//     home). The bound leaves latency out: a backend's recent TTFT is
+//     mostly the prompts it had to prefill, which affinity is there to
+//     avoid, and bounding on it made conversations leave the backend that
+//     had just cached their prefix. So with a prefix signal, a slower
+//     backend's speed counts only through the load it builds up;
+//   - among the others, the one holding the longest prefix wins, the
+//     cheaper on a tie;
+//   - if none holds any, the request goes to the prefix's home: the
+//     candidate ranked first by rendezvous hashing of the first block's
+//     hash and the backend's ID — consistent hashing, so a new system
+//     prompt lands on one backend (the same one on every gateway replica)
+//     instead of being prefilled on all, and losing a backend moves only
+//     the prefixes it was home to.
+//
+// A multi-turn chat repeats its history, so its next turn holds the
+// longest prefix where its previous turn went: session affinity without a
+// session header. A request without one full block of prompt (a short
+// prompt, another API, a body that does not parse) has no prefix signal and
+// goes to the least-cost candidate (LeastCost).
+//
+// vLLM can publish the blocks it holds (KV events over ZeroMQ, which the
+// "precise" scorer of llm-d reads); the gateway does not use them: they
+// exist for vLLM only (not Ollama, llama.cpp, SGLang's own format), need a
+// subscription per backend and the backend's tokenizer to map text to its
+// block hashes, and the approximate index comes close where the gateway
+// sees all of a pool's traffic. Where it does not (several gateway
+// replicas), the replicas agree on the homes of new prefixes, and a wrong
+// guess costs one miss, bounded by LoadBound.
+type PrefixAware struct {
+	// BlockBytes is the block size in bytes of prompt text; 0 means
+	// DefaultPrefixBlockBytes.
+	BlockBytes int
+	// IndexBlocks is how many blocks are remembered per backend; 0 means
+	// DefaultPrefixIndexBlocks.
+	IndexBlocks int
+	// LoadBound is the bound on load (see above); 0 means
+	// DefaultPrefixLoadBound. Values below 1 count as 1: only the cheapest.
+	LoadBound float64
+	// Clock, MaxAge and Decay are as in P2C; New sets them from Options.
+	Clock  clock.PassiveClock
+	MaxAge time.Duration
+	Decay  time.Duration
+	// Rand returns a uniform number in [0, n) for tie breaking; nil means
+	// math/rand/v2.
+	Rand func(n int) int
+}
+
+// Pick implements Policy without a body: the least-cost candidate. The
+// gateway calls pickPrompt instead when it has the request's prompt.
+func (p *PrefixAware) Pick(cands []*Upstream, _ *http.Request) *Upstream {
+	if len(cands) == 1 {
+		return cands[0]
+	}
+	var buf [16]float64
+	var ibuf [16]int64
+	in := ibuf[:0]
+	for _, u := range cands {
+		in = append(in, u.InFlight())
+	}
+	return cands[leastCost(p.costs(cands, buf[:0]), in, p.draw())]
+}
+
+// pickPrompt picks for a request whose prompt's block hashes are hashes
+// (nil: no prefix signal) and records the blocks on the chosen backend.
+func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
+	if len(hashes) == 0 {
+		return p.Pick(cands, nil)
+	}
+	var buf [16]prefixCand
+	var lbuf [16]Load
+	pc := buf[:0]
+	loads := p.loads(cands, lbuf[:0])
+	paced := commonBasis(loads)
+	unpaced := paced
+	unpaced.TTFT, unpaced.Latency = false, false
+	for i, u := range cands {
+		pc = append(pc, prefixCand{
+			matched: u.blocks.matched(hashes),
+			load:    Score(loads[i], unpaced),
+			cost:    Score(loads[i], paced),
+			rank:    rendezvous(hashes[0], u.id),
+		})
+	}
+	return cands[prefixChoose(pc, p.bound())]
+}
+
+// record remembers that u was sent the blocks hashes.
+func (p *PrefixAware) record(u *Upstream, hashes []uint64) {
+	if len(hashes) > 0 {
+		u.blocks.record(hashes, p.indexBlocks())
+	}
+}
+
+func (p *PrefixAware) blockBytes() int { return orInt(p.BlockBytes, DefaultPrefixBlockBytes) }
+
+func (p *PrefixAware) indexBlocks() int { return orInt(p.IndexBlocks, DefaultPrefixIndexBlocks) }
+
+func orInt(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (p *PrefixAware) bound() float64 {
+	if p.LoadBound == 0 {
+		return DefaultPrefixLoadBound
+	}
+	return max(p.LoadBound, 1)
+}
+
+func (p *PrefixAware) draw() func(int) int {
+	if p.Rand != nil {
+		return p.Rand
+	}
+	return rand.IntN
+}
+
+// costs appends the Score of each candidate, on the signals they all have.
+func (p *PrefixAware) costs(cands []*Upstream, out []float64) []float64 {
+	var buf [16]Load
+	loads := p.loads(cands, buf[:0])
+	basis := commonBasis(loads)
+	for _, l := range loads {
+		out = append(out, Score(l, basis))
+	}
+	return out
+}
+
+// loads appends each candidate's Load now.
+func (p *PrefixAware) loads(cands []*Upstream, out []Load) []Load {
+	var now time.Time
+	if p.Clock != nil {
+		now = p.Clock.Now()
+	} else {
+		now = time.Now()
+	}
+	maxAge, decay := cmp(p.MaxAge, DefaultMetricsMaxAge), cmp(p.Decay, DefaultLatencyDecay)
+	for _, u := range cands {
+		out = append(out, u.Load(now, maxAge, decay))
+	}
+	return out
+}
+
+// commonBasis is the Basis of a comparison among all of loads: a signal
+// counts if every one has it (see Compare for two). Pure.
+func commonBasis(loads []Load) Basis {
+	b := Basis{TTFT: true, Latency: true, Metrics: true, Concurrency: true}
+	for _, l := range loads {
+		b.TTFT = b.TTFT && l.TTFT > 0
+		b.Latency = b.Latency && l.Latency > 0
+		b.Metrics = b.Metrics && l.Fresh
+		b.Concurrency = b.Concurrency && l.Concurrency > 0
+	}
+	return b
+}
+
+// LeastCost is the load-only picker of the default policy, also a policy
+// of its own ("least-cost"): the candidate with the lowest Score on the
+// signals all candidates have, or near it (see leastCost), the one with
+// the fewest requests in flight, ties broken at random. Score is the
+// expected cost of one more request — paced by the backend's measured
+// latency, a request inside a free batch slot costing 1/B and one that
+// would queue a whole unit — so a backend three times slower gets a
+// request only when the faster ones are three times as loaded: queueing,
+// not while they have free slots. Unlike P2C, which compares two random
+// candidates, it scans all (pools are tens of backends); the gateway's
+// in-flight count, part of every score and current at each pick, and the
+// tolerance keep it from herding on one backend between metrics reads.
+type LeastCost struct{ PrefixAware }
+
+// Pick implements Policy.
+func (p *LeastCost) Pick(cands []*Upstream, r *http.Request) *Upstream {
+	return p.PrefixAware.Pick(cands, r)
+}
+
+// leastCostTolerance is how far above the lowest score a candidate still
+// counts as cheapest for LeastCost (see leastCost).
+const leastCostTolerance = 0.5
+
+// leastCost returns the index of the candidate LeastCost picks: among
+// those whose cost is within (1+leastCostTolerance) × the lowest (at least
+// one), the one with the fewest requests in flight, a tie broken by draw(n)
+// uniform in [0, n) (reservoir sampling). The tolerance keeps one spike of
+// a backend's latency estimate — the peak EWMA jumps to any slow answer —
+// from sending every request to the one backend that happens to look
+// fastest until its batch is full; a backend three times slower stays
+// outside it while the others have free slots. Pure given draw.
+func leastCost(costs []float64, inflight []int64, draw func(int) int) int {
+	minCost := costs[0]
+	for _, c := range costs[1:] {
+		minCost = min(minCost, c)
+	}
+	limit := (1 + leastCostTolerance) * minCost
+	best, ties := -1, 0
+	for i, c := range costs {
+		if c > limit && c != minCost {
+			continue
+		}
+		switch {
+		case best < 0 || inflight[i] < inflight[best]:
+			best, ties = i, 1
+		case inflight[i] == inflight[best]:
+			ties++
+			if draw(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// prefixCand is what prefixChoose knows of one candidate.
+type prefixCand struct {
+	matched int     // leading blocks of the prompt the backend should hold
+	load    float64 // Score without the latency pace: the work there
+	cost    float64 // Score
+	rank    uint64  // rendezvous rank for the prompt's first block
+}
+
+// prefixChoose returns the index of the candidate the prefix-aware policy
+// picks (see PrefixAware): among those whose load is at most bound × the
+// lowest, the longest match, then the lowest cost, then the highest rank;
+// with no match among them, the highest rank. Pure.
+func prefixChoose(cs []prefixCand, bound float64) int {
+	minLoad := cs[0].load
+	for _, c := range cs[1:] {
+		minLoad = min(minLoad, c.load)
+	}
+	limit := bound * minLoad
+	best := -1
+	for i, c := range cs {
+		if c.load > limit && c.load != minLoad {
+			continue
+		}
+		if best < 0 || better(c, cs[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// better orders candidates for prefixChoose.
+func better(a, b prefixCand) bool {
+	if a.matched != b.matched {
+		return a.matched > b.matched
+	}
+	if a.matched > 0 && a.cost != b.cost {
+		return a.cost < b.cost
+	}
+	return a.rank > b.rank
+}
+
+// rendezvous is the rendezvous (highest random weight) hash of a prefix
+// key and a backend ID. Pure.
+func rendezvous(key uint64, id string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], key)
+	d.Write(b[:])
+	d.WriteString(id)
+	return d.Sum64()
+}
+
+// blockIndex is the gateway's memory of the prefix blocks sent to one
+// backend: an LRU set of block hashes. A prompt's blocks are stored with
+// its first block the most recent, so eviction takes a prompt's deepest
+// blocks first and the set stays closed under prefixes (if a block is
+// held, the blocks before it in the prompts it came in are too), which
+// lets matched binary-search. Safe for concurrent use; the zero value is
+// empty.
+type blockIndex struct {
+	mu    sync.Mutex
+	lru   list.List // of uint64, front most recent
+	index map[uint64]*list.Element
+}
+
+// matched returns how many leading blocks of hashes the index holds.
+func (x *blockIndex) matched(hashes []uint64) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.index) == 0 {
+		return 0
+	}
+	return sort.Search(len(hashes), func(i int) bool { _, ok := x.index[hashes[i]]; return !ok })
+}
+
+// record stores hashes as most recent, the first block last, and evicts
+// beyond capacity blocks.
+func (x *blockIndex) record(hashes []uint64, capacity int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.index == nil {
+		x.index = make(map[uint64]*list.Element)
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		if e, ok := x.index[hashes[i]]; ok {
+			x.lru.MoveToFront(e)
+		} else {
+			x.index[hashes[i]] = x.lru.PushFront(hashes[i])
+		}
+	}
+	for x.lru.Len() > capacity {
+		delete(x.index, x.lru.Remove(x.lru.Back()).(uint64))
+	}
+}
+
+// len returns the number of blocks held.
+func (x *blockIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lru.Len()
+}

@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestPrefixChoose(t *testing.T) {
+	// Load and cost equal unless a case says otherwise.
+	c := func(matched int, load float64, rank uint64) prefixCand {
+		return prefixCand{matched: matched, load: load, cost: load, rank: rank}
+	}
+	paced := func(pc prefixCand, cost float64) prefixCand { pc.cost = cost; return pc }
+	tests := []struct {
+		name  string
+		cs    []prefixCand
+		bound float64
+		want  int
+	}{
+		{"affinity: the longest prefix wins over a cheaper backend", []prefixCand{c(0, 1, 9), c(5, 1.5, 1), c(2, 1, 5)}, 2, 1},
+		{"longer history beats a shared system prompt", []prefixCand{c(3, 1, 9), c(7, 1.2, 1)}, 2, 1},
+		{"equal matches: the cheaper", []prefixCand{c(4, 1.4, 9), c(4, 1.1, 1)}, 2, 1},
+		{"equal matches and costs: the higher rank", []prefixCand{c(4, 1, 1), c(4, 1, 9)}, 2, 1},
+		{"bounded load: the holder above 2x the cheapest spills", []prefixCand{c(8, 2.5, 9), c(0, 1, 1), c(0, 1.2, 5)}, 2, 2},
+		{"spill goes to the next holder before a stranger", []prefixCand{c(8, 3, 9), c(2, 1.9, 1), c(0, 1, 5)}, 2, 1},
+		{"at the bound it stays", []prefixCand{c(8, 2, 9), c(0, 1, 1)}, 2, 0},
+		{"no holder: the rendezvous home", []prefixCand{c(0, 1, 3), c(0, 1.5, 7), c(0, 1, 5)}, 2, 1},
+		{"no holder: a home above the bound is skipped", []prefixCand{c(0, 1, 3), c(0, 2.5, 7), c(0, 1, 5)}, 2, 2},
+		{"bound 1: only the cheapest", []prefixCand{c(8, 1.01, 9), c(0, 1, 1)}, 1, 1},
+		{"zero costs (no signals yet) tie", []prefixCand{c(0, 0, 3), c(2, 0, 1)}, 2, 1},
+		{"the bound is on load, not latency: a slow-looking holder keeps it", []prefixCand{paced(c(8, 1.2, 9), 10), c(0, 1, 1)}, 2, 0},
+		{"equal matches: the lower cost, latency included", []prefixCand{paced(c(4, 1, 9), 3), paced(c(4, 1.3, 1), 1)}, 2, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := prefixChoose(tt.cs, tt.bound); got != tt.want {
+				t.Fatalf("picked %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLeastCost(t *testing.T) {
+	tests := []struct {
+		name     string
+		costs    []float64
+		inflight []int64
+		draws    []int // successive results of draw
+		want     int
+	}{
+		{"single", []float64{3}, []int64{5}, nil, 0},
+		{"lowest", []float64{3, 1, 2}, []int64{0, 0, 0}, nil, 1},
+		{"near the lowest: fewer in flight", []float64{1, 1.4, 3}, []int64{4, 1, 0}, nil, 1},
+		{"beyond the tolerance: out however idle", []float64{1, 1.6}, []int64{6, 0}, nil, 0},
+		// Three-way tie: draw(2) then draw(3); 0 takes the newcomer.
+		{"tie keeps the first", []float64{1, 1, 1}, []int64{0, 0, 0}, []int{1, 1}, 0},
+		{"tie takes the last", []float64{1, 1, 1}, []int64{0, 0, 0}, []int{1, 0}, 2},
+		{"fewer in flight resets the tie", []float64{1, 1, 1}, []int64{1, 1, 0}, []int{1}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			draws := tt.draws
+			got := leastCost(tt.costs, tt.inflight, func(n int) int {
+				if len(draws) == 0 {
+					t.Fatalf("unexpected draw(%d)", n)
+				}
+				v := draws[0]
+				draws = draws[1:]
+				return v
+			})
+			if got != tt.want || len(draws) != 0 {
+				t.Fatalf("picked %d (%d draws left), want %d", got, len(draws), tt.want)
+			}
+		})
+	}
+}
+
+// TestLeastCostSlowBackend: a backend three times slower and idle loses to
+// a fast one with requests inside its batch, and wins once the fast ones
+// queue (the low-load case of issue 13, item 6).
+func TestLeastCostSlowBackend(t *testing.T) {
+	fast := func(in int64) Load { return Load{InFlight: in, Weight: 100, TTFT: 40e6, Concurrency: 8} }
+	slow := Load{Weight: 100, TTFT: 120e6, Concurrency: 8}
+	for _, tt := range []struct {
+		in       int64
+		wantSlow bool
+	}{{0, false}, {4, false}, {7, false}, {8, true}, {9, true}, {12, true}} {
+		loads := []Load{fast(tt.in), fast(tt.in), fast(tt.in), slow}
+		basis := commonBasis(loads)
+		costs := make([]float64, len(loads))
+		in := make([]int64, len(loads))
+		for i, l := range loads {
+			costs[i], in[i] = Score(l, basis), l.InFlight
+		}
+		got := leastCost(costs, in, func(int) int { return 1 }) == 3
+		if got != tt.wantSlow {
+			t.Errorf("fast ones with %d in flight: slow picked %v, want %v (costs %v)", tt.in, got, tt.wantSlow, costs)
+		}
+	}
+}
+
+func TestCommonBasis(t *testing.T) {
+	full := Load{TTFT: 1, Latency: 1, Fresh: true, Concurrency: 8}
+	if b := commonBasis([]Load{full, full}); b != (Basis{TTFT: true, Latency: true, Metrics: true, Concurrency: true}) {
+		t.Errorf("all signals: %+v", b)
+	}
+	partial := full
+	partial.TTFT, partial.Fresh = 0, false
+	if b := commonBasis([]Load{full, partial, full}); b != (Basis{Latency: true, Concurrency: true}) {
+		t.Errorf("one without TTFT and metrics: %+v", b)
+	}
+}
+
+func TestBlockIndex(t *testing.T) {
+	h := func(from, n int) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = uint64(from + i)
+		}
+		return out
+	}
+	var x blockIndex
+	if got := x.matched(h(0, 4)); got != 0 {
+		t.Fatalf("empty index matched %d", got)
+	}
+	x.record(h(0, 4), 6)
+	for _, tt := range []struct {
+		q    []uint64
+		want int
+	}{{h(0, 4), 4}, {h(0, 2), 2}, {h(0, 8), 4}, {h(1, 3), 3}, {h(10, 3), 0}, {nil, 0}} {
+		if got := x.matched(tt.q); got != tt.want {
+			t.Errorf("matched(%v) = %d, want %d", tt.q, got, tt.want)
+		}
+	}
+	// Four more blocks overflow 6: the oldest prompt loses its deepest
+	// blocks first and keeps its leading ones.
+	x.record(h(100, 4), 6)
+	if got := x.len(); got != 6 {
+		t.Fatalf("len %d, want 6", got)
+	}
+	if got := x.matched(h(0, 4)); got != 2 {
+		t.Errorf("after eviction the first prompt matches %d, want its 2 leading blocks", got)
+	}
+	// A prompt longer than the capacity keeps its head.
+	var y blockIndex
+	y.record(h(0, 10), 3)
+	if got := y.matched(h(0, 10)); got != 3 {
+		t.Errorf("long prompt matches %d, want 3", got)
+	}
+}
+
+func TestPrefixHashes(t *testing.T) {
+	a := []byte(strings.Repeat("a", 64) + strings.Repeat("b", 64) + "tail")
+	b := []byte(strings.Repeat("a", 64) + strings.Repeat("c", 64))
+	ha, hb := prefixHashes("m", a, 64), prefixHashes("m", b, 64)
+	if len(ha) != 2 || len(hb) != 2 {
+		t.Fatalf("%d and %d blocks, want 2 each (a partial block is not hashed)", len(ha), len(hb))
+	}
+	if ha[0] != hb[0] || ha[1] == hb[1] {
+		t.Error("the same first block must hash the same, different second blocks differently")
+	}
+	if other := prefixHashes("lora-b", a, 64); other[0] == ha[0] {
+		t.Error("another model (a LoRA adapter) must be another key")
+	}
+	// Chained: the same second block after another first block differs.
+	c := []byte(strings.Repeat("z", 64) + strings.Repeat("b", 64))
+	if hc := prefixHashes("m", c, 64); hc[1] == ha[1] {
+		t.Error("block 2 must depend on block 1")
+	}
+	if got := prefixHashes("m", []byte("short"), 64); got != nil {
+		t.Errorf("no full block: %v", got)
+	}
+	if got := len(prefixHashes("m", make([]byte, 64*(maxPrefixBlocks+5)), 64)); got != maxPrefixBlocks {
+		t.Errorf("%d blocks, want the cap %d", got, maxPrefixBlocks)
+	}
+}
+
+// TestPromptText: one body per API, shaped after the APIs' references
+// (https://github.com/ollama/ollama/blob/main/docs/api.md,
+// https://platform.openai.com/docs/api-reference/chat/create,
+// /completions/create and /responses/create).
+func TestPromptText(t *testing.T) {
+	tests := []struct {
+		name, path, body string
+		model, text      string
+		ok               bool
+	}{
+		{"ollama chat", "/api/chat", `{"model":"llama3","messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}]}`,
+			"llama3", "system\x00S\x00user\x00U\x00", true},
+		{"ollama generate", "/api/generate", `{"model":"m","system":"S","prompt":"P"}`, "m", "system\x00S\x00prompt\x00P\x00", true},
+		{"openai chat with parts", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
+			"m", "user\x00ab\x00", true},
+		{"openai completion string", "/v1/completions", `{"model":"m","prompt":"P"}`, "m", "prompt\x00P\x00", true},
+		{"openai completion token ids", "/v1/completions", `{"model":"m","prompt":[1,2,3]}`, "m", "prompt\x00[1,2,3]\x00", true},
+		{"responses string", "/v1/responses", `{"model":"m","instructions":"I","input":"U"}`, "m", "instructions\x00I\x00user\x00U\x00", true},
+		{"responses items", "/v1/responses", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"U"}]},{"type":"function_call_output","output":"x"}]}`,
+			"m", "instructions\x00\x00user\x00U\x00item\x00{\"type\":\"function_call_output\",\"output\":\"x\"}\x00", true},
+		{"not a generation API", "/v1/embeddings", `{"model":"m","input":"x"}`, "", "", false},
+		{"not JSON", "/api/chat", `{"model":`, "", "", false},
+		{"content of the wrong type counts as JSON", "/api/chat", `{"model":"m","messages":[{"role":"user","content":7}]}`, "m", "user\x007\x00", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			model, text, ok := promptText(tt.path, []byte(tt.body))
+			if model != tt.model || string(text) != tt.text || ok != tt.ok {
+				t.Fatalf("got %q %q %v, want %q %q %v", model, text, ok, tt.model, tt.text, tt.ok)
+			}
+		})
+	}
+	// The next turn of a chat begins with the previous turn's text.
+	turn1 := `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U1"}]}`
+	turn2 := `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U1"},{"role":"assistant","content":"A1"},{"role":"user","content":"U2"}]}`
+	_, t1, _ := promptText("/v1/chat/completions", []byte(turn1))
+	_, t2, _ := promptText("/v1/chat/completions", []byte(turn2))
+	if !strings.HasPrefix(string(t2), string(t1)) {
+		t.Errorf("turn 2 %q does not begin with turn 1 %q", t2, t1)
+	}
+	// The text is capped.
+	long := fmt.Sprintf(`{"model":"m","prompt":%q}`, strings.Repeat("x", 2*maxPromptBytes))
+	if _, text, _ := promptText("/api/generate", []byte(long)); len(text) != maxPromptBytes {
+		t.Errorf("text of %d bytes, want the cap %d", len(text), maxPromptBytes)
+	}
+}
+
+func FuzzPromptText(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]}`,
+		`{"model":"m","prompt":["a","b"]}`,
+		`{"model":"m","input":[{"type":"x"}]}`,
+		`[]`, `null`, `{"messages":null}`,
+	} {
+		for _, p := range []string{"/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions", "/v1/responses"} {
+			f.Add(p, []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		model, text, ok := promptText(path, body)
+		if !ok && (model != "" || text != nil) {
+			t.Fatal("a refused body returned a prompt")
+		}
+		if len(text) > maxPromptBytes {
+			t.Fatalf("text of %d bytes beyond the cap", len(text))
+		}
+		hs := prefixHashes(model, text, DefaultPrefixBlockBytes)
+		if len(hs) != len(text)/DefaultPrefixBlockBytes {
+			t.Fatalf("%d hashes for %d bytes", len(hs), len(text))
+		}
+	})
+}
+
+func TestPrefixOptions(t *testing.T) {
+	g, err := New(Options{PrefixIndexBlocks: 7, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.prefix == nil || g.prefix.IndexBlocks != 7 || g.prefix.Clock == nil {
+		t.Fatalf("the default policy is not prefix-aware with the options applied: %+v", g.prefix)
+	}
+	own := &PrefixAware{IndexBlocks: 3}
+	g2, err := New(Options{CustomPolicy: own, PrefixIndexBlocks: 7, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	if own.IndexBlocks != 3 {
+		t.Errorf("a custom policy's own IndexBlocks was overwritten: %d", own.IndexBlocks)
+	}
+}
