@@ -54,8 +54,16 @@ func isOpenAIPath(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v
 
 // errorBody encodes e in the shape of the API of path.
 func errorBody(path string, e apiError) []byte {
+	return ErrorBody(isOpenAIPath(path), openAIType(e.status), e.code, e.msg)
+}
+
+// ErrorBody is an error answer in the shape of the API a client speaks:
+// OpenAI's {"error": {"message", "type", "param": null, "code"}} when
+// openAI, else Ollama's {"error": "message"}. The tenant middleware answers
+// with it too, so that every refusal a client gets decodes alike.
+func ErrorBody(openAI bool, typ, code, msg string) []byte {
 	var v any
-	if isOpenAIPath(path) {
+	if openAI {
 		type obj struct {
 			Message string  `json:"message"`
 			Type    string  `json:"type"`
@@ -64,11 +72,11 @@ func errorBody(path string, e apiError) []byte {
 		}
 		v = struct {
 			Error obj `json:"error"`
-		}{obj{Message: e.msg, Type: openAIType(e.status), Code: e.code}}
+		}{obj{Message: msg, Type: typ, Code: code}}
 	} else {
 		v = struct {
 			Error string `json:"error"`
-		}{e.msg}
+		}{msg}
 	}
 	b, _ := json.Marshal(v)
 	return b

@@ -307,23 +307,7 @@ func setRateHeaders(h http.Header, d Decision) {
 // error shape ({"error":{"message","type","code"}}) on /v1 paths and
 // Ollama's ({"error":"..."}) elsewhere.
 func (m *middleware) refuse(w http.ResponseWriter, openAI bool, tenant string, code int, typ, errCode, msg string) {
-	var body any
-	if openAI {
-		type apiErr struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		}
-		body = struct {
-			Error apiErr `json:"error"`
-		}{apiErr{Message: msg, Type: typ, Code: errCode}}
-	} else {
-		body = struct {
-			Error string `json:"error"`
-		}{msg}
-	}
-	b, _ := json.Marshal(body)
+	b := gateway.ErrorBody(openAI, typ, errCode, msg)
 	if code == http.StatusUnauthorized && openAI {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tidegpu"`)
 	}
