@@ -4,22 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidegpu/tidegpu/bench/internal/peer"
 
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
@@ -406,65 +404,13 @@ func startGateway(t *testing.T, policy string, src loadmetrics.Source, addrs []s
 	}
 }
 
-func haproxyBinary() string {
-	if p, err := exec.LookPath("haproxy"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
-		return "/usr/sbin/haproxy"
-	}
-	return ""
-}
+func haproxyBinary() string { return peer.HAProxyBinary() }
 
 // haproxyBalancer runs HAProxy (a process of its own) with a configuration
 // generated in a temporary directory, listening on loopback only.
 func haproxyBalancer(bin string) func(t *testing.T, addrs []string) (string, func(), func()) {
 	return func(t *testing.T, addrs []string) (string, func(), func()) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		listen := ln.Addr().String()
-		ln.Close()
-		cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
-		if err := os.WriteFile(cfg, []byte(HAProxyConfig(listen, addrs)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		cmd := exec.Command(bin, "-f", cfg, "-db")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting haproxy: %v", err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		stop := func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		base := "http://" + listen
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.Get(base + "/")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-				err = errors.New(resp.Status)
-			}
-			select {
-			case <-done:
-				t.Fatalf("haproxy exited: %s", out.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				stop()
-				t.Fatalf("haproxy not answering: %v; output: %s", err, out.String())
-			}
-			time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-		}
+		base, stop := peer.StartHAProxy(t, bin, func(listen string) string { return HAProxyConfig(listen, addrs) })
 		return base, nil, stop
 	}
 }
