@@ -31,6 +31,7 @@ func NewUpCommand() *cobra.Command {
 		activatorWait                                            time.Duration
 		insecureAdmin                                            bool
 		tuning                                                   tuningFlags
+		alerts                                                   alertFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE]",
@@ -83,6 +84,10 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			alertSinks, err := alerts.sinks()
+			if err != nil {
+				return err
+			}
 			keys, err := loadKeys(keysFile)
 			if err != nil {
 				return err
@@ -100,7 +105,7 @@ cluster takes. Bad input is refused before anything starts.`,
 				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait, DCGMURL: dcgmURL,
 				Gateway: gwTuning,
-				Keys:    keys,
+				Keys:    keys, Alerts: alertSinks,
 			})
 		},
 	}
@@ -116,6 +121,7 @@ cluster takes. Bad input is refused before anything starts.`,
 	addActivatorFlags(f, &activatorQueue, &activatorWait)
 	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for gpu-utilization autoscaling)")
 	tuning.register(f)
+	alerts.register(f)
 	f.StringVar(&keysFile, "keys-file", "", keysFileUsage)
 	f.StringVar(&kongTokenFile, "kong-token-file", "", "file holding the Kong admin token (sent as Kong-Admin-Token) for pools with spec.kong or spec.kongGatewayIP")
 	f.StringVar(&kongCAFile, "kong-ca-file", "", "PEM CA bundle to verify Kong's Admin API")

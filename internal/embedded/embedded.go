@@ -31,6 +31,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
+	"github.com/tidegpu/tidegpu/internal/notify"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	"github.com/tidegpu/tidegpu/internal/provider/local"
 	"github.com/tidegpu/tidegpu/internal/provider/spotsim"
@@ -54,6 +55,8 @@ type Options struct {
 	Policy        string
 	// Gateway is the gateway's limits, timeouts and CORS.
 	Gateway gateway.Tuning
+	// Alerts are the webhooks budget alerts go to (package notify).
+	Alerts []notify.Sink
 	// KongSecrets is the Kong admin token and TLS material for pools that
 	// use Kong (from files given on the command line).
 	KongSecrets kongreg.Secrets
@@ -238,6 +241,17 @@ func Run(ctx context.Context, o Options) error {
 			Metrics: engineMetrics, Logger: o.Logger, Signals: signals, Costing: costing})
 	}
 	engineCtx, stopEngine := context.WithCancel(context.Background())
+	if len(o.Alerts) > 0 {
+		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger})
+		if err != nil {
+			stopEngine()
+			_ = prov.Close(context.Background())
+			return err
+		}
+		ch, unsubscribe := rec.Subscribe(256)
+		defer unsubscribe()
+		go n.Run(engineCtx, ch)
+	}
 	var (
 		sim       *spotsim.Provider
 		localView provider.Provider = prov

@@ -209,6 +209,7 @@ func (p *Pool) budgetHold(c *Costing, spec *tidev1.TidePoolSpec, now time.Time) 
 // the event when the budget is first exceeded.
 func (p *Pool) noteBudget(b cost.Budget, st cost.BudgetStatus, hold time.Time, was bool) {
 	p.deps.metrics.budgetExceeded.WithLabelValues(p.name).Set(boolFloat(st.Exceeded))
+	p.noteBudgetAlerts(st)
 	if !st.Exceeded {
 		p.setCondition(tidev1.ConditionBudgetExceeded, metav1.ConditionFalse, "WithinBudget",
 			fmt.Sprintf("spent %.2f of %s %s; forecast %.2f", st.Spent.Float(), b.MonthlyAmount, b.Currency, st.Forecast.Float()))
@@ -249,5 +250,27 @@ func (p *Pool) noteCostError(err error) {
 	p.mu.Unlock()
 	if first {
 		p.deps.recorder.Eventf(events.TypeWarning, "PriceUnknown", p.name, "", "cost: %v", err)
+	}
+}
+
+// AlertBudget is the reason of a budget alert event (a threshold of the
+// month's budget crossed, or the forecast overrun), each once per period;
+// notifiers deliver them to people.
+const AlertBudget = "BudgetAlert"
+
+// noteBudgetAlerts records the budget alerts st raises that were not said
+// yet this period.
+func (p *Pool) noteBudgetAlerts(st cost.BudgetStatus) {
+	p.mu.Lock()
+	if p.alertsSent == nil {
+		p.alertsSent = map[string]bool{}
+	}
+	alerts := cost.Alerts(st, p.alertsSent)
+	for _, a := range alerts {
+		p.alertsSent[a.Key] = true
+	}
+	p.mu.Unlock()
+	for _, a := range alerts {
+		p.deps.recorder.Eventf(events.TypeWarning, AlertBudget, p.name, "", "%s", a.Message)
 	}
 }

@@ -59,6 +59,8 @@ type Pool struct {
 	// cost
 	budgetAt       time.Time
 	budgetExceeded bool
+	// alertsSent are the budget alerts said (cost.Alert keys).
+	alertsSent map[string]bool
 	holdUntil      time.Time
 	livePricesAt   time.Time
 	costErr        string
