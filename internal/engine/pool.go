@@ -60,10 +60,10 @@ type Pool struct {
 	budgetAt       time.Time
 	budgetExceeded bool
 	// alertsSent are the budget alerts said (cost.Alert keys).
-	alertsSent map[string]bool
-	holdUntil      time.Time
-	livePricesAt   time.Time
-	costErr        string
+	alertsSent   map[string]bool
+	holdUntil    time.Time
+	livePricesAt time.Time
+	costErr      string
 
 	// weights set by a balancer, by instance id
 	weights map[string]int32
