@@ -22,6 +22,7 @@ func NewOperatorCommand() *cobra.Command {
 		noticeAddr, noticeCert, noticeKey, noticeURL, awsQueue                                                  string
 		leaderElect, insecureAdmin                                                                              bool
 		gatewayMetrics                                                                                          []string
+		alerts                                                                                                  alertFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -40,6 +41,10 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			if err := guard.CheckExposure("--admin-addr", adminAddr, token, insecureAdmin); err != nil {
 				return err
 			}
+			alertSinks, err := alerts.sinks()
+			if err != nil {
+				return err
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -54,7 +59,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 				AdminToken: token, InsecureAdmin: insecureAdmin, LeaderElection: leaderElect,
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
 				NoticeAddr: noticeAddr, NoticeTLSCert: noticeCert, NoticeTLSKey: noticeKey, NoticeURL: noticeURL, AWSInterruptionQueue: awsQueue,
-				GatewayMetrics: gatewayMetrics, DCGMURL: dcgmURL,
+				GatewayMetrics: gatewayMetrics, DCGMURL: dcgmURL, Alerts: alertSinks,
 			})
 		},
 	}
@@ -74,6 +79,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 	f.StringVar(&stateDir, "state-dir", "", "state of the local provider's instances (default ~/.local/state/tidegpu-operator)")
 	f.StringVar(&cluster, "cluster-name", "default", "names this installation in cloud ownership tags; two installations sharing an account need different names")
 	f.StringVar(&ledgerNS, "ledger-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap tidegpu-cost-ledger that keeps spend across restarts (default $POD_NAMESPACE; empty: memory only)")
+	alerts.register(f)
 	f.StringSliceVar(&gatewayMetrics, "gateway-metrics", nil, "metrics URLs of the standalone gateway replicas (tidegpu gateway --admin-addr, path /metrics), read for the pools' autoscalers (concurrency, qps); a headless Service's name reaches every replica, e.g. http://tidegpu-gateway-metrics.tidegpu-system.svc:9091/metrics; repeat or comma-separate")
 	f.StringVar(&dcgmURL, "dcgm-url", "", dcgmURLUsage+" (for AIBalancers and the pools' gpu-utilization autoscaling)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -43,6 +43,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/market"
 	"github.com/tidegpu/tidegpu/internal/metrics"
 	"github.com/tidegpu/tidegpu/internal/notice"
+	"github.com/tidegpu/tidegpu/internal/notify"
 	"github.com/tidegpu/tidegpu/internal/provider"
 	awsprov "github.com/tidegpu/tidegpu/internal/provider/aws"
 	"github.com/tidegpu/tidegpu/internal/provider/aws/awsqueue"
@@ -93,6 +94,8 @@ type Options struct {
 	// name reaches every replica), read for the pools' autoscalers; none:
 	// autoscaling on traffic metrics has no signals.
 	GatewayMetrics []string
+	// Alerts are the webhooks budget alerts go to (package notify).
+	Alerts []notify.Sink
 	// DCGMURL is NVIDIA dcgm-exporter's metrics URL template (see
 	// metrics.DCGMOptions.URL): GPU utilisation for AIBalancers and for the
 	// pools' autoscalers (gpu-utilization). Empty: none.
@@ -129,6 +132,16 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	rec := events.NewRecorder(5000, nil, o.Logger)
+	if len(o.Alerts) > 0 {
+		// Budget alerts come from the leader's engines: followers record none.
+		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger})
+		if err != nil {
+			return err
+		}
+		ch, unsubscribe := rec.Subscribe(256)
+		defer unsubscribe()
+		go n.Run(ctx, ch)
+	}
 	ledger := cost.NewLedger(cost.Options{})
 	crmetrics.Registry.MustRegister(cost.NewCollector(ledger, cost.CollectorOptions{}))
 	// The standalone gateway replicas' tokens and busy time (see
