@@ -188,15 +188,16 @@ http {
 
 // HAProxyConfig is an HAProxy configuration in http mode listening on
 // listen, balancing leastconn over servers, each chunk sent at once
-// (http-no-delay) and server connections reused. Pure.
+// (http-no-delay) and server connections reused. maxconn 8,000: HAProxy
+// wants two descriptors per connection and the limit here is 20,000. Pure.
 func HAProxyConfig(listen string, servers []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
-    maxconn 20000
+    maxconn 8000
 
 defaults
     mode http
-    maxconn 10000
+    maxconn 8000
     timeout connect 5s
     timeout client 300s
     timeout server 300s
