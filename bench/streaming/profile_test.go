@@ -96,8 +96,9 @@ func TestStreamingProfile(t *testing.T) {
 	// All streams are open from the last start until the first ends.
 	open := time.Duration(n)*p.stagger + 2*time.Second
 	time.Sleep(open) // the point of the run to sample, not a wait for a condition
+	var live, peak runtime.MemStats
+	runtime.ReadMemStats(&live) // as it is: garbage not yet collected included
 	runtime.GC()
-	var peak runtime.MemStats
 	runtime.ReadMemStats(&peak)
 	gPeak := runtime.NumGoroutine()
 	for _, name := range []string{"heap", "goroutine"} {
@@ -120,5 +121,8 @@ func TestStreamingProfile(t *testing.T) {
 	t.Logf("N=%d: TTFB p50 %v p99 %v gap p99 %v; usage chunks %d", n, s.TTFB50, s.TTFB99, s.Gap99, usages.Load())
 	t.Logf("per open stream, gateway and clients together (after a GC): heap in use %.1f KB, stacks %.1f KB, goroutines %.2f",
 		per(peak.HeapInuse, before.HeapInuse), per(peak.StackInuse, before.StackInuse), float64(gPeak-g0)/float64(n))
+	t.Logf("per open stream before that GC: heap in use %.1f KB, heap held from the OS %.1f KB, stacks %.1f KB; GCs %d, GC CPU fraction %.4f",
+		per(live.HeapInuse, before.HeapInuse), per(live.HeapSys-live.HeapReleased, before.HeapSys-before.HeapReleased), per(live.StackInuse, before.StackInuse),
+		peak.NumGC-before.NumGC, peak.GCCPUFraction)
 	t.Logf("profiles in %s: go tool pprof -sample_index=inuse_space -top %s", dir, filepath.Join(dir, "heap.pprof"))
 }
