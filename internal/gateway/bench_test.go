@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -163,5 +165,44 @@ func BenchmarkGatewayStream(b *testing.B) {
 				resp.Body.Close()
 			}
 		})
+	}
+}
+
+// TestStreamLargerThanItsBuffer checks that streams whose lines and events
+// are larger than the 4 KiB stream copy buffer and the transport's read
+// buffer reach the client byte for byte, NDJSON as it is and SSE through
+// the usage strip (which must still find and remove the usage chunk).
+func TestStreamLargerThanItsBuffer(t *testing.T) {
+	big := strings.Repeat("x", 3*streamBufSize+17)
+	ndjson := `{"message":{"content":"` + big + `"},"done":false}` + "\n" + `{"done":true}` + "\n"
+	sseBody := "data: {\"choices\":[{\"delta\":{\"content\":\"" + big + "\"}}],\"usage\":null}\n\n"
+	usage := "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}\n\n"
+	done := "data: [DONE]\n\n"
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/api/chat" {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			_, _ = io.WriteString(w, ndjson)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{sseBody, usage, done} {
+			_, _ = io.WriteString(w, ev)
+			http.NewResponseController(w).Flush()
+		}
+	}))
+	defer backend.Close()
+	var got atomic.Int64
+	h := newHarness(t, Options{OnUsage: func(_, _ string, _, c int64) { got.Store(c) }})
+	h.g.SetBackends("p", []Backend{{ID: "b", Pool: "p", Address: backend.Listener.Addr().String()}})
+	if _, body := h.do(t, "POST", "/api/chat", `{"model":"m","stream":true}`); body != ndjson {
+		t.Errorf("NDJSON: %d bytes arrived, want the backend's %d unchanged", len(body), len(ndjson))
+	}
+	_, body := h.do(t, "POST", "/v1/chat/completions", `{"model":"m","stream":true}`)
+	if body != sseBody+done {
+		t.Errorf("SSE: %d bytes arrived, want %d (the token event and [DONE], without the usage chunk)", len(body), len(sseBody+done))
+	}
+	if got.Load() != 5 {
+		t.Errorf("usage reported %d completion tokens, want 5", got.Load())
 	}
 }
