@@ -467,7 +467,17 @@ func (a *attempt) discard(g *Gateway) {
 	g.release(a.u)
 }
 
-var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// Copy buffers. A stream holds its buffer while it waits for the next
+// token, for as long as the answer lasts, and a token chunk is a few
+// hundred bytes: streams get 4 KiB (the transport's read buffer, which
+// holds what arrived together, so one read still takes all of it), bodies
+// of a known length 32 KiB, for fewer reads of large answers.
+var (
+	copyBufPool   = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	streamBufPool = sync.Pool{New: func() any { b := make([]byte, streamBufSize); return &b }}
+)
+
+const streamBufSize = 4 << 10
 
 // commit sends a's response to the client. Streams (no Content-Length, or
 // Server-Sent Events) are flushed after every read, so each NDJSON line or
@@ -531,8 +541,12 @@ func (e *exchange) commit(a *attempt) {
 			rc = nil // a wrapping writer that cannot flush: copy unflushed
 		}
 	}
-	bufp := copyBufPool.Get().(*[]byte)
-	defer copyBufPool.Put(bufp)
+	pool := &copyBufPool
+	if rc != nil {
+		pool = &streamBufPool
+	}
+	bufp := pool.Get().(*[]byte)
+	defer pool.Put(bufp)
 	buf := *bufp
 	// idle cancels the attempt when the backend falls silent; it runs only
 	// while a read waits, so a slow client is not taken for a silent backend.

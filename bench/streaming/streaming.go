@@ -1,0 +1,219 @@
+// Package streamingbench measures what a proxy costs for long token streams
+// (issue 19, item 1): N concurrent streaming clients, half Ollama NDJSON
+// (/api/chat) and half OpenAI SSE (/v1/chat/completions), against two real
+// `tidegpu sim` processes — straight (the baseline, which also shows that
+// the simulators are not the bottleneck), through `tidegpu gateway`, through
+// nginx (proxy_buffering off, keep-alive upstream) and through HAProxy
+// (http mode). Per target it reports failures, TTFB p50/p99 and what the
+// proxy adds over direct, the p99 gap between chunks, the proxy's resident
+// memory per open stream, its CPU time per stream and its idle CPU.
+//
+// This file holds the pure parts: the peers' configurations, the client's
+// request, and the summary of a run; streaming_test.go runs the experiment.
+package streamingbench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Format is a stream's wire format.
+type Format int
+
+const (
+	NDJSON Format = iota // Ollama /api/chat
+	SSE                  // OpenAI /v1/chat/completions
+)
+
+func (f Format) String() string {
+	if f == SSE {
+		return "sse"
+	}
+	return "ndjson"
+}
+
+// Request returns the raw HTTP/1.1 request of one streaming client of
+// format f to host (host:port): a chat with one message, streamed, on a
+// connection closed after the answer. Pure.
+func Request(f Format, host string) []byte {
+	path, body := "/api/chat", `{"model":"qwen2:0.5b","messages":[{"role":"user","content":"Tell me about the sea."}],"stream":true}`
+	if f == SSE {
+		path, body = "/v1/chat/completions", `{"model":"qwen2:0.5b","messages":[{"role":"user","content":"Tell me about the sea."}],"stream":true}`
+	}
+	return fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		path, host, len(body), body)
+}
+
+// Chunk classifies one line of a stream's body: whether it carries a token
+// (an NDJSON object or an SSE data line other than [DONE]) and whether it
+// ends the stream (NDJSON "done":true, SSE [DONE]). Pure.
+func Chunk(f Format, line []byte) (token, end bool) {
+	s := strings.TrimRight(string(line), "\r\n")
+	if f == NDJSON {
+		if s == "" {
+			return false, false
+		}
+		if strings.Contains(s, `"done":true`) {
+			return false, true
+		}
+		return true, false
+	}
+	data, ok := strings.CutPrefix(s, "data:")
+	if !ok {
+		return false, false
+	}
+	data = strings.TrimSpace(data)
+	if data == "[DONE]" {
+		return false, true
+	}
+	return true, false
+}
+
+// Stream is one client's outcome.
+type Stream struct {
+	Err    error
+	TTFB   time.Duration   // request sent → first token line
+	Gaps   []time.Duration // between consecutive token lines
+	Tokens int
+}
+
+// Summary is one target's row for one N.
+type Summary struct {
+	N, Failures      int
+	TTFB50, TTFB99   time.Duration
+	Gap99            time.Duration
+	FirstErr         error
+	TokensPerStream  int // the most common count, for the check
+	ShortStreams     int // streams with fewer tokens than wantTokens
+	MemPerStreamKB   float64
+	CPUPerStreamMs   float64
+	IdleCPUPercent   float64 // of one core
+	PeakRSSMB        float64
+	BackendCPUPerSMs float64 // the simulators' CPU per stream (the bottleneck check)
+}
+
+// Summarize folds the streams of one run; a stream failed if it has an
+// error or fewer than wantTokens tokens. Pure.
+func Summarize(streams []Stream, wantTokens int) Summary {
+	s := Summary{N: len(streams)}
+	var ttfb, gaps []time.Duration
+	for _, st := range streams {
+		if st.Err == nil && st.Tokens < wantTokens {
+			s.ShortStreams++
+		}
+		if st.Err != nil || st.Tokens < wantTokens {
+			s.Failures++
+			if s.FirstErr == nil {
+				s.FirstErr = st.Err
+				if st.Err == nil {
+					s.FirstErr = fmt.Errorf("%d of %d tokens", st.Tokens, wantTokens)
+				}
+			}
+			continue
+		}
+		ttfb = append(ttfb, st.TTFB)
+		gaps = append(gaps, st.Gaps...)
+	}
+	s.TTFB50, s.TTFB99 = Percentile(ttfb, 50), Percentile(ttfb, 99)
+	s.Gap99 = Percentile(gaps, 99)
+	return s
+}
+
+// Percentile returns the p-th percentile (0 < p ≤ 100) of xs by the
+// nearest rank; 0 for none. xs is not modified. Pure.
+func Percentile(xs []time.Duration, p float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[min(max(rank, 1), len(s))-1]
+}
+
+// PerStream returns the memory per open stream in KB: the peak resident
+// set while the streams were open less the resident set before, over n. Pure.
+func PerStream(peakRSS, baseRSS int64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return float64(peakRSS-baseRSS) / 1024 / float64(n)
+}
+
+// NginxConfig is an nginx configuration (prefix dir for its pid, logs and
+// temp files) listening on listen that proxies to servers over keep-alive
+// upstream connections with proxy_buffering off, so each chunk is passed
+// on as it arrives. Two workers: the machine's cores, as the gateway's
+// GOMAXPROCS. Pure.
+func NginxConfig(prefix, listen string, servers []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+daemon off;
+worker_processes 2;
+worker_rlimit_nofile 20000;
+events { worker_connections 10000; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/client_body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    upstream be {
+        least_conn;
+`, prefix)
+	for _, s := range servers {
+		fmt.Fprintf(&b, "        server %s;\n", s)
+	}
+	fmt.Fprintf(&b, `        keepalive 256;
+    }
+    server {
+        listen %s backlog=4096;
+        location / {
+            proxy_pass http://be;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 300s;
+        }
+    }
+}
+`, listen)
+	return b.String()
+}
+
+// HAProxyConfig is an HAProxy configuration in http mode listening on
+// listen, balancing leastconn over servers, each chunk sent at once
+// (http-no-delay) and server connections reused. maxconn 8,000: HAProxy
+// wants two descriptors per connection and the limit here is 20,000. Pure.
+func HAProxyConfig(listen string, servers []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `global
+    maxconn 8000
+
+defaults
+    mode http
+    maxconn 8000
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    option http-keep-alive
+    http-reuse always
+    option http-no-delay
+
+frontend fe
+    bind %s
+    default_backend be
+
+backend be
+    balance leastconn
+`, listen)
+	for i, s := range servers {
+		fmt.Fprintf(&b, "    server s%d %s\n", i, s)
+	}
+	return b.String()
+}

@@ -1,0 +1,607 @@
+package streamingbench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment of the long variant.
+const (
+	// longEnv=1 runs the long variant: 120 tokens at 100 ms (12 s streams)
+	// at N = 100 and 1,000 (nEnv overrides, e.g. "100,1000,3000").
+	longEnv = "TIDEGPU_BENCH_STREAMS"
+	nEnv    = "TIDEGPU_STREAMS_N"
+	repsEnv = "TIDEGPU_STREAMS_REPS" // repetitions, interleaved (default 1)
+	// binEnv is a prebuilt tidegpu binary (default: go build ./cmd/tidegpu).
+	binEnv = "TIDEGPU_BIN"
+	// onlyEnv: comma-separated targets to run (direct, gateway, nginx, haproxy).
+	onlyEnv = "TIDEGPU_STREAMS_ONLY"
+)
+
+// params is one variant's load.
+type params struct {
+	ns        []int
+	reps      int
+	ttft      time.Duration
+	tokenTime time.Duration
+	tokens    int
+	stagger   time.Duration // between stream starts
+	idle      time.Duration // idle CPU window
+}
+
+func variant(t *testing.T) params {
+	if os.Getenv(longEnv) != "1" {
+		// CI-safe: a few short streams, checks that every path works.
+		return params{ns: []int{20}, reps: 1, ttft: 20 * time.Millisecond, tokenTime: 20 * time.Millisecond, tokens: 10, stagger: time.Millisecond, idle: 2 * time.Second}
+	}
+	p := params{ns: []int{100, 1000}, reps: 1, ttft: 50 * time.Millisecond, tokenTime: 100 * time.Millisecond, tokens: 120, stagger: time.Millisecond, idle: 10 * time.Second}
+	if v := os.Getenv(nEnv); v != "" {
+		p.ns = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 5000 {
+				t.Fatalf("%s=%q: want comma-separated stream counts in 1..5000", nEnv, v)
+			}
+			p.ns = append(p.ns, n)
+		}
+	}
+	if v := os.Getenv(repsEnv); v != "" {
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 1 || r > 10 {
+			t.Fatalf("%s=%q: want repetitions in 1..10", repsEnv, v)
+		}
+		p.reps = r
+	}
+	return p
+}
+
+func TestStreaming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streaming benchmark: builds tidegpu and runs real processes; runs without -short")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc for memory and CPU")
+	}
+	p := variant(t)
+	bin := tidegpuBinary(t)
+	tmp := t.TempDir()
+
+	var sims []string
+	var simProcs []*proc
+	for i := range 2 {
+		addr := freeAddr(t)
+		pr := start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
+			"--ttft", p.ttft.String(), "--token-time", p.tokenTime.String(), "--output-tokens", strconv.Itoa(p.tokens),
+			"--batch-slowdown", "0", "--max-batch", "100000", "--instance-id", fmt.Sprintf("sim-%d", i))
+		waitHTTP(t, pr, "http://"+addr+"/healthz")
+		sims = append(sims, addr)
+		simProcs = append(simProcs, pr)
+	}
+
+	type target struct {
+		name  string
+		start func(t *testing.T) (addr string, pr *proc) // nil proc: direct
+	}
+	targets := []target{
+		{"direct", nil},
+		{"gateway", func(t *testing.T) (string, *proc) {
+			addr, admin := freeAddr(t), freeAddr(t)
+			args := []string{"gateway", "--addr", addr, "--admin-addr", admin, "--log-level", "warn"}
+			for _, s := range sims {
+				args = append(args, "--backend", "http://"+s)
+			}
+			pr := start(t, filepath.Join(tmp, "gateway.log"), bin, args...)
+			waitHTTP(t, pr, "http://"+admin+"/healthz")
+			return addr, pr
+		}},
+	}
+	if nginx := lookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
+		targets = append(targets, target{"nginx", func(t *testing.T) (string, *proc) {
+			addr := freeAddr(t)
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "nginx.conf")
+			if err := os.WriteFile(cfg, []byte(NginxConfig(dir, addr, sims)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			pr := start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
+			waitTCP(t, pr, addr)
+			return addr, pr
+		}})
+	} else {
+		t.Log("nginx not found (Debian package nginx): skipped")
+	}
+	if haproxy := lookBin("haproxy", "/usr/sbin/haproxy"); haproxy != "" {
+		targets = append(targets, target{"haproxy", func(t *testing.T) (string, *proc) {
+			addr := freeAddr(t)
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "haproxy.cfg")
+			if err := os.WriteFile(cfg, []byte(HAProxyConfig(addr, sims)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			pr := start(t, filepath.Join(dir, "out.log"), haproxy, "-db", "-f", cfg)
+			waitTCP(t, pr, addr)
+			return addr, pr
+		}})
+	} else {
+		t.Log("haproxy not found (Debian package haproxy): skipped")
+	}
+	if only := os.Getenv(onlyEnv); only != "" {
+		var keep []target
+		for _, tg := range targets {
+			if tg.name == "direct" || strings.Contains(","+only+",", ","+tg.name+",") {
+				keep = append(keep, tg)
+			}
+		}
+		targets = keep
+	}
+
+	t.Logf("machine: %d CPUs, load average at start %s", runtime.NumCPU(), loadavg())
+	t.Logf("load: 2 simulators (TTFT %v, %v/token, %d tokens, no batch slowdown); streams started %v apart, half NDJSON (/api/chat), half SSE (/v1/chat/completions)",
+		p.ttft, p.tokenTime, p.tokens, p.stagger)
+
+	results := map[string][]Summary{} // name/N → one per repetition
+	for _, n := range p.ns {
+		for rep := range p.reps {
+			for _, tg := range targets {
+				addr, pr := sims[0], (*proc)(nil)
+				if tg.start != nil {
+					addr, pr = tg.start(t)
+				}
+				// Warm up (connections, pools), then measure idle, then the run.
+				_ = run(addr, 10, p, nil)
+				var s Summary
+				if pr != nil {
+					s.IdleCPUPercent = idleCPU(pr.pid, p.idle)
+				}
+				var simTicks0 int64
+				for _, sp := range simProcs {
+					simTicks0 += cpuTicks(sp.pid)
+				}
+				var pids []int
+				if pr != nil {
+					pids = []int{pr.pid}
+				}
+				m := measure(pids, func() { s = merge(s, Summarize(run(addr, n, p, directAddrs(tg.start == nil, sims)), p.tokens)) })
+				var simTicks1 int64
+				for _, sp := range simProcs {
+					simTicks1 += cpuTicks(sp.pid)
+				}
+				s.BackendCPUPerSMs = ticksMs(simTicks1-simTicks0) / float64(n)
+				if pr != nil {
+					s.MemPerStreamKB = PerStream(m.peakRSS, m.baseRSS, n)
+					s.PeakRSSMB = float64(m.peakRSS) / (1 << 20)
+					s.CPUPerStreamMs = ticksMs(m.ticks) / float64(n)
+					pr.stop()
+				}
+				key := fmt.Sprintf("%s/%d", tg.name, n)
+				results[key] = append(results[key], s)
+				t.Logf("N=%d rep %d %-8s failures %d (first: %v) TTFB p50 %v p99 %v gap p99 %v mem/stream %.1f KB (peak RSS %.1f MB) CPU/stream %.2f ms idle CPU %.2f%% sims CPU/stream %.2f ms",
+					n, rep+1, tg.name, s.Failures, s.FirstErr, s.TTFB50.Round(100*time.Microsecond), s.TTFB99.Round(100*time.Microsecond),
+					s.Gap99.Round(100*time.Microsecond), s.MemPerStreamKB, s.PeakRSSMB, s.CPUPerStreamMs, s.IdleCPUPercent, s.BackendCPUPerSMs)
+			}
+		}
+	}
+	t.Logf("load average at end %s", loadavg())
+
+	var b strings.Builder
+	b.WriteString("\n| N | target | failures | TTFB p50 | TTFB p99 | added p50 / p99 over direct | gap p99 | memory per open stream | CPU per stream | idle CPU |\n")
+	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, n := range p.ns {
+		d := results[fmt.Sprintf("direct/%d", n)]
+		for _, tg := range targets {
+			rs := results[fmt.Sprintf("%s/%d", tg.name, n)]
+			fails := 0
+			for _, r := range rs {
+				fails += r.Failures
+			}
+			add := "—"
+			if tg.name != "direct" {
+				add = span(rs, func(i int, r Summary) string {
+					return fmt.Sprintf("%.1f / %.1f", ms(r.TTFB50-d[i].TTFB50), ms(r.TTFB99-d[i].TTFB99))
+				})
+			}
+			mem, cpu, idle := "—", "—", "—"
+			if tg.name != "direct" {
+				mem = span(rs, func(_ int, r Summary) string { return fmt.Sprintf("%.1f KB", r.MemPerStreamKB) })
+				cpu = span(rs, func(_ int, r Summary) string { return fmt.Sprintf("%.2f ms", r.CPUPerStreamMs) })
+				idle = span(rs, func(_ int, r Summary) string { return fmt.Sprintf("%.2f %%", r.IdleCPUPercent) })
+			} else {
+				cpu = span(rs, func(_ int, r Summary) string { return fmt.Sprintf("(sims %.2f ms)", r.BackendCPUPerSMs) })
+			}
+			fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", n, tg.name, fails,
+				span(rs, func(_ int, r Summary) string { return fmt.Sprintf("%.1f ms", ms(r.TTFB50)) }),
+				span(rs, func(_ int, r Summary) string { return fmt.Sprintf("%.1f ms", ms(r.TTFB99)) }),
+				add,
+				span(rs, func(_ int, r Summary) string { return fmt.Sprintf("%.1f ms", ms(r.Gap99)) }),
+				mem, cpu, idle)
+		}
+	}
+	t.Log(b.String())
+
+	for key, rs := range results {
+		for _, r := range rs {
+			if r.Failures > 0 {
+				t.Errorf("%s: %d failed streams; first: %v", key, r.Failures, r.FirstErr)
+			}
+		}
+	}
+	// The simulators must not be the bottleneck: straight to them, the
+	// first token comes within their TTFT plus a margin and tokens keep
+	// their pace.
+	for _, n := range p.ns {
+		for _, d := range results[fmt.Sprintf("direct/%d", n)] {
+			if d.TTFB99 > p.ttft+250*time.Millisecond || d.Gap99 > p.tokenTime+250*time.Millisecond {
+				t.Errorf("direct N=%d: TTFB p99 %v, gap p99 %v: the simulators (or this machine) cannot hold the load", n, d.TTFB99, d.Gap99)
+			}
+		}
+	}
+}
+
+// directAddrs spreads direct clients over both simulators; nil for a proxy.
+func directAddrs(direct bool, sims []string) []string {
+	if direct {
+		return sims
+	}
+	return nil
+}
+
+func merge(a, b Summary) Summary {
+	b.IdleCPUPercent = a.IdleCPUPercent
+	return b
+}
+
+// span prints one value per repetition, "a" or "a–b" (min–max by text).
+func span(rs []Summary, f func(int, Summary) string) string {
+	if len(rs) == 0 {
+		return "—"
+	}
+	var parts []string
+	for i, r := range rs {
+		parts = append(parts, f(i, r))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// run opens n streams to addr (or, if spread is given, alternately to
+// each of spread), started p.stagger apart, half NDJSON and half SSE, and
+// waits for them all.
+func run(addr string, n int, p params, spread []string) []Stream {
+	out := make([]Stream, n)
+	var wg sync.WaitGroup
+	limit := time.Duration(p.tokens)*p.tokenTime*4 + 30*time.Second
+	for i := range n {
+		a := addr
+		if len(spread) > 0 {
+			a = spread[i%len(spread)]
+		}
+		f := Format(i % 2)
+		wg.Go(func() { out[i] = stream(a, f, limit) })
+		time.Sleep(p.stagger) // pacing of the arrivals, not a wait for a condition
+	}
+	wg.Wait()
+	return out
+}
+
+// stream runs one client on its own connection.
+func stream(addr string, f Format, limit time.Duration) (s Stream) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return Stream{Err: err}
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(limit))
+	t0 := time.Now()
+	if _, err := c.Write(Request(f, addr)); err != nil {
+		return Stream{Err: err}
+	}
+	br := bufio.NewReaderSize(c, 4096)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return Stream{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return Stream{Err: fmt.Errorf("status %s: %s", resp.Status, bytes.TrimSpace(msg))}
+	}
+	lines := bufio.NewReaderSize(resp.Body, 4096)
+	var last time.Time
+	for {
+		line, err := lines.ReadSlice('\n')
+		if len(line) > 0 {
+			tok, end := Chunk(f, line)
+			now := time.Now()
+			if tok {
+				if s.Tokens == 0 {
+					s.TTFB = now.Sub(t0)
+				} else {
+					s.Gaps = append(s.Gaps, now.Sub(last))
+				}
+				last = now
+				s.Tokens++
+			}
+			if end {
+				return s
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			s.Err = fmt.Errorf("stream ended after %d tokens without its end", s.Tokens)
+			return s
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			s.Err = err
+			return s
+		}
+	}
+}
+
+// measured is what measure saw of the processes.
+type measured struct {
+	baseRSS, peakRSS int64 // bytes
+	ticks            int64 // CPU clock ticks over the run
+}
+
+// measure samples the resident set of pids (and their children) every
+// 100 ms while f runs, and their CPU time over it.
+func measure(pids []int, f func()) measured {
+	var m measured
+	if len(pids) == 0 {
+		f()
+		return m
+	}
+	m.baseRSS = rss(pids[0])
+	c0 := cpuTicks(pids[0])
+	var peak atomic.Int64
+	peak.Store(m.baseRSS)
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				if r := rss(pids[0]); r > peak.Load() {
+					peak.Store(r)
+				}
+			}
+		}
+	}()
+	f()
+	close(done)
+	<-sampled
+	m.peakRSS = peak.Load()
+	m.ticks = cpuTicks(pids[0]) - c0
+	return m
+}
+
+// idleCPU is pid's CPU over d, in percent of one core.
+func idleCPU(pid int, d time.Duration) float64 {
+	c0 := cpuTicks(pid)
+	time.Sleep(d) // the measurement window itself
+	return ticksMs(cpuTicks(pid)-c0) / float64(d.Milliseconds()) * 100
+}
+
+// clkTck is the kernel's USER_HZ, 100 on Linux (sysconf(_SC_CLK_TCK)).
+const clkTck = 100
+
+func ticksMs(t int64) float64 { return float64(t) * 1000 / clkTck }
+
+// family is pid and its direct children (nginx's workers).
+func family(pid int) []int {
+	out := []int{pid}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil || c == pid {
+			continue
+		}
+		if st, err := stat(c); err == nil && len(st) > 1 && st[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// stat returns the fields of /proc/pid/stat after the command, from field
+// 3 (state) on.
+func stat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, errors.New("bad stat")
+	}
+	return strings.Fields(string(b[i+1:])), nil
+}
+
+// cpuTicks is the user+system time of pid and its children.
+func cpuTicks(pid int) int64 {
+	var total int64
+	for _, p := range family(pid) {
+		st, err := stat(p)
+		if err != nil || len(st) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(st[11], 10, 64) // field 14, utime
+		s, _ := strconv.ParseInt(st[12], 10, 64) // field 15, stime
+		total += u + s
+	}
+	return total
+}
+
+// rss is the resident set of pid and its children, bytes.
+func rss(pid int) int64 {
+	var total int64
+	for _, p := range family(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				total += kb * 1024
+			}
+		}
+	}
+	return total
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// proc is a started process, in its own process group.
+type proc struct {
+	pid  int
+	done chan struct{}
+	log  string
+	once sync.Once
+	cmd  *exec.Cmd
+}
+
+func (p *proc) stop() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
+func start(t *testing.T, logPath, bin string, args ...string) *proc {
+	t.Helper()
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	p := &proc{pid: cmd.Process.Pid, done: make(chan struct{}), log: logPath, cmd: cmd}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) fail(t *testing.T, what string) {
+	t.Helper()
+	out, _ := os.ReadFile(p.log)
+	t.Fatalf("%s: %s; output:\n%s", p.cmd.Path, what, out)
+}
+
+// waitHTTP polls url until it answers 200, within 20 s.
+func waitHTTP(t *testing.T, p *proc, url string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.exited() {
+			p.fail(t, "exited")
+		}
+		if time.Now().After(deadline) {
+			p.fail(t, "not answering "+url)
+		}
+		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
+// waitTCP polls addr until it accepts, within 20 s.
+func waitTCP(t *testing.T, p *proc, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if p.exited() {
+			p.fail(t, "exited")
+		}
+		if time.Now().After(deadline) {
+			p.fail(t, "not listening on "+addr)
+		}
+		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func lookBin(name, fallback string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat(fallback); err == nil {
+		return fallback
+	}
+	return ""
+}
+
+// tidegpuBinary builds ./cmd/tidegpu once, or takes $TIDEGPU_BIN.
+func tidegpuBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv(binEnv); b != "" {
+		return b
+	}
+	out := filepath.Join(t.TempDir(), "tidegpu")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/tidegpu")
+	cmd.Dir = filepath.Join("..", "..")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/tidegpu: %v\n%s", err, b)
+	}
+	return out
+}
