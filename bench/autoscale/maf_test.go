@@ -364,6 +364,7 @@ func TestMAF(t *testing.T) {
 	}
 	start := time.Now()
 	outs := runAll(t, rates, ps, benchFirstDay, benchScoreDays)
+	checkScaleToZero(t, outs)
 	t.Logf("%d simulations in %s", len(outs), time.Since(start).Round(time.Second))
 
 	sort.SliceStable(outs, func(i, j int) bool { return outs[i].family < outs[j].family })
@@ -437,5 +438,34 @@ func burstHybrid(q string, window time.Duration, profile autoscale.Aggregation, 
 	return hybridVariant{
 		name: name, metric: byQPS, predictive: profile != "", agg: profile, history: 7, downWindow: down, panicPct: 200,
 		burst: &burstVariant{quantile: q, window: window, target: target},
+	}
+}
+
+// checkScaleToZero asserts BENCHMARKS.md's headline of scale to zero on
+// this trace: each zero variant of the chosen hybrid keeps the SLO
+// attainment and the instance-hours of the same hybrid with minReplicas 1
+// (the trace has no idle minute, so going to zero may only cost).
+func checkScaleToZero(t *testing.T, outs []outcome) {
+	base := map[string]outcome{}
+	for _, o := range outs {
+		if !strings.Contains(o.family, "scale to zero") {
+			base[o.family+"|"+o.label] = o
+		}
+	}
+	for _, o := range outs {
+		fam, _, ok := strings.Cut(o.family, ", scale to zero")
+		if !ok {
+			continue
+		}
+		b, found := base[fam+"|"+o.label]
+		if !found {
+			continue
+		}
+		t.Logf("scale to zero: %s %s: %.3f %% / %.1f h against %.3f %% / %.1f h with minReplicas 1",
+			o.family, o.label, 100*o.res.Attainment(), o.res.InstanceHours(), 100*b.res.Attainment(), b.res.InstanceHours())
+		if o.res.Attainment() < b.res.Attainment()-1e-4 || o.res.InstanceHours() > b.res.InstanceHours()*1.001 {
+			t.Errorf("scale to zero costs on this trace: %s %s: %.3f %% / %.1f h against %.3f %% / %.1f h",
+				o.family, o.label, 100*o.res.Attainment(), o.res.InstanceHours(), 100*b.res.Attainment(), b.res.InstanceHours())
+		}
 	}
 }

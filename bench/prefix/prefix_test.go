@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -439,33 +438,9 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 			src = loadmetrics.NewScrape(loadmetrics.ScrapeOptions{Timeout: 500 * time.Millisecond})
 			opts.Metrics, opts.MetricsInterval, opts.MetricsMaxAge = src, 250*time.Millisecond, time.Second
 		}
-		g, err := gateway.New(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var bs []gateway.Backend
-		for i, a := range addrs {
-			bs = append(bs, gateway.Backend{ID: fmt.Sprint("b", i), Pool: "bench", Address: a})
-		}
-		g.SetBackends("bench", bs)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		if src != nil {
-			deadline := time.Now().Add(10 * time.Second)
-			for g.SignalStatus()["bench"].Fresh < len(addrs) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no fresh metrics: %+v", g.SignalStatus())
-				}
-				time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-			}
-		}
-		return "http://" + ln.Addr().String(), func() {
-			_ = srv.Close()
-			g.Close()
+		url, _, closeGateway := peer.StartGateway(t, opts, addrs)
+		return url, func() {
+			closeGateway()
 			if src != nil {
 				src.Close()
 			}

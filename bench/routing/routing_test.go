@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -385,31 +384,8 @@ func startGateway(t *testing.T, policy string, src loadmetrics.Source, addrs []s
 	if src != nil {
 		opts.Metrics, opts.MetricsInterval, opts.MetricsMaxAge = src, 250*time.Millisecond, time.Second
 	}
-	g, err := gateway.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bs []gateway.Backend
-	for i, a := range addrs {
-		bs = append(bs, gateway.Backend{ID: fmt.Sprint("b", i), Pool: "bench", Address: a})
-	}
-	g.SetBackends("bench", bs)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	if src != nil {
-		deadline := time.Now().Add(10 * time.Second)
-		for g.SignalStatus()["bench"].Fresh < len(addrs) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no fresh metrics: %+v", g.SignalStatus())
-			}
-			time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-		}
-	}
-	return "http://" + ln.Addr().String(), func() {
+	url, g, closeGateway := peer.StartGateway(t, opts, addrs)
+	return url, func() {
 		for _, b := range g.Backends() {
 			t.Logf("  %s %s: %d requests, peak TTFT %v, peak latency %v, batch estimate %.1f", policy, b.Address,
 				b.Requests, b.PeakTTFT.Round(time.Millisecond), b.PeakLatency.Round(time.Millisecond), b.Concurrency)
@@ -417,8 +393,7 @@ func startGateway(t *testing.T, policy string, src loadmetrics.Source, addrs []s
 		if src != nil {
 			t.Logf("  signals at the end: %+v", g.SignalStatus()["bench"])
 		}
-		_ = srv.Close()
-		g.Close()
+		closeGateway()
 		if src != nil {
 			src.Close()
 		}
