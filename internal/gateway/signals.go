@@ -125,6 +125,7 @@ type Basis struct {
 //
 //	work = 1 + I + Q                             batch size B unknown
 //	work = 1 + s·min(I,B)/B + max(Q, I+1-B, 0)   B known
+//	s = fullBatchSlowdown with a pace L, else 1
 //
 // where I is l.InFlight, Q is l.Queue if basis.Metrics (else 0), B is
 // l.Concurrency if basis.Concurrency, W is l.Weight (a backend of weight
@@ -154,7 +155,13 @@ type Basis struct {
 // capacity, not a load, so it keeps counting when the metrics go stale: a
 // metrics outage loses Q, not the knowledge of batch sizes. E keeps a
 // backend that fails fast (and so looks quick) from attracting traffic
-// between passive ejections. Pure.
+// between passive ejections.
+//
+// The slowdown is a time: without a pace (no latency compared, L = 1) the
+// score counts work, and a full batch counts as one unit (s = 1), as it
+// did before the slowdown was modelled. The prefix-aware policy bounds the
+// load of a prefix's backend on that count (twice the least loaded), and
+// its benchmark is tuned on it. Pure.
 func Score(l Load, basis Basis) float64 {
 	w := float64(l.Weight)
 	if w <= 0 {
@@ -165,17 +172,17 @@ func Score(l Load, basis Basis) float64 {
 	if basis.Metrics {
 		q = max(l.Queue, 0)
 	}
+	lat, s := 1.0, 1.0
+	switch {
+	case basis.TTFT:
+		lat, s = l.TTFT.Seconds(), fullBatchSlowdown
+	case basis.Latency:
+		lat, s = l.Latency.Seconds(), fullBatchSlowdown
+	}
 	work := 1 + in + q
 	if basis.Concurrency && l.Concurrency > 0 {
 		b := max(l.Concurrency, 1)
-		work = 1 + fullBatchSlowdown*min(in, b)/b + max(q, in+1-b)
-	}
-	lat := 1.0
-	switch {
-	case basis.TTFT:
-		lat = l.TTFT.Seconds()
-	case basis.Latency:
-		lat = l.Latency.Seconds()
+		work = 1 + s*min(in, b)/b + max(q, in+1-b)
 	}
 	e := min(max(l.ErrorRate, 0), 1)
 	return lat * work / w * (1 + errorPenalty*e)

@@ -35,14 +35,18 @@ func TestScore(t *testing.T) {
 		{"errors penalise", Load{Weight: 100, ErrorRate: 0.5}, none, 1.0 / 100 * 3},
 		{"error rate clamped", Load{Weight: 100, ErrorRate: 7}, none, 1.0 / 100 * 5},
 		{"all together", Load{InFlight: 2, Weight: 50, TTFT: 100 * ms, Queue: 1, Fresh: true, ErrorRate: 0.25}, Basis{TTFT: true, Metrics: true}, 0.1 * 4 / 50 * 2},
-		{"in flight divided by the concurrency", Load{InFlight: 4, Weight: 100, Concurrency: 8, Fresh: true}, met, 1.175 / 100},
-		{"queue is not divided", Load{InFlight: 4, Weight: 100, Queue: 2, Concurrency: 8, Fresh: true}, met, 3.175 / 100},
+		{"in flight divided by the concurrency", Load{InFlight: 4, Weight: 100, Concurrency: 8, Fresh: true}, met, 1.5 / 100},
+		{"queue is not divided", Load{InFlight: 4, Weight: 100, Queue: 2, Concurrency: 8, Fresh: true}, met, 3.5 / 100},
 		{"concurrency ignored when not compared", Load{InFlight: 4, Weight: 100, Concurrency: 8, Fresh: true}, none, 5.0 / 100},
-		{"concurrency without a fresh queue", Load{InFlight: 9, Weight: 100, Queue: 5, Concurrency: 8}, Basis{Concurrency: true}, 3.35 / 100},
-		{"concurrency below 1 counts as 1", Load{InFlight: 4, Weight: 100, Concurrency: 0.5, Fresh: true}, met, 5.35 / 100},
-		{"a full batch: the new request waits behind one", Load{InFlight: 8, Weight: 100, Concurrency: 8, Fresh: true}, met, 2.35 / 100},
-		{"beyond the batch: the gateway's count of waiting", Load{InFlight: 10, Weight: 100, Queue: 1, Concurrency: 8, Fresh: true}, met, 4.35 / 100},
-		{"the backend's queue when larger", Load{InFlight: 2, Weight: 100, Queue: 4, Concurrency: 8, Fresh: true}, met, 5.0875 / 100},
+		{"concurrency without a fresh queue", Load{InFlight: 9, Weight: 100, Queue: 5, Concurrency: 8}, Basis{Concurrency: true}, 4.0 / 100},
+		{"concurrency below 1 counts as 1", Load{InFlight: 4, Weight: 100, Concurrency: 0.5, Fresh: true}, met, 6.0 / 100},
+		{"a full batch: the new request waits behind one", Load{InFlight: 8, Weight: 100, Concurrency: 8, Fresh: true}, met, 3.0 / 100},
+		{"beyond the batch: the gateway's count of waiting", Load{InFlight: 10, Weight: 100, Queue: 1, Concurrency: 8, Fresh: true}, met, 5.0 / 100},
+		{"the backend's queue when larger", Load{InFlight: 2, Weight: 100, Queue: 4, Concurrency: 8, Fresh: true}, met, 5.25 / 100},
+		// With a pace, a request in the batch costs the batch's slowdown.
+		{"paced: in the batch, the slowdown", Load{InFlight: 4, Weight: 100, TTFT: 100 * ms, Concurrency: 8, Fresh: true}, Basis{TTFT: true, Metrics: true, Concurrency: true}, 0.1 * (1 + 0.35*4/8) / 100},
+		{"paced: a full batch, the slowdown and a wait", Load{InFlight: 8, Weight: 100, Latency: 500 * ms, Concurrency: 8, Fresh: true}, Basis{Latency: true, Metrics: true, Concurrency: true}, 0.5 * 2.35 / 100},
+		{"paced: the queue is not scaled", Load{InFlight: 2, Weight: 100, TTFT: 100 * ms, Queue: 4, Concurrency: 8, Fresh: true}, Basis{TTFT: true, Metrics: true, Concurrency: true}, 0.1 * (1 + 0.35*2/8 + 4) / 100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -493,7 +497,7 @@ func TestLeastCostOnScore(t *testing.T) {
 		{"equal backends: the fewest in flight", []Load{fast(3, 8), fast(1, 8), fast(2, 8)}, 1},
 		// Missing signals: what is not known of all is not used.
 		{"no batch size on one: in flight times pace", []Load{be(40*ms, 2, 0), be(80*ms, 0, 6)}, 1},
-		{"no latency sample on one: work only", []Load{fast(3, 6), be(0, 0, 6)}, 1},
+		{"no latency sample on one: work only, a full batch one unit", []Load{fast(3, 6), be(0, 0, 6)}, 1},
 		{"nothing known but in flight", []Load{be(0, 4, 0), be(0, 1, 0)}, 1},
 	}
 	for _, tt := range tests {
