@@ -145,3 +145,28 @@ backend be
 	}
 	return b.String()
 }
+
+// goalMargin is the share of the best possible ratio GoalRatio asks for
+// where that best is below 2 (run-to-run noise and the batch slowdown keep
+// a perfect router a few percent short of it: 1.94x of 2 measured).
+const goalMargin = 0.85
+
+// GoalRatio is how many times lower than round-robin's the default's p99
+// (TTFT and end-to-end) must be on pool bs: 2 (issue 13), or, where no
+// balancer can get there, goalMargin of the best any can. Round-robin
+// sends each backend the same share, more than 1 %, so its p99 is at least
+// the slowest backend's own latency, slowest/fastest SlowFactor times the
+// fastest's; the best a balancer can do is the fastest's own latency. On a
+// pool whose slowest backend is 2x slower that ratio is 2 at most (at low
+// load, where nothing queues), so asking 2 would ask for the impossible.
+// Pure.
+func GoalRatio(bs []Backend) float64 {
+	if len(bs) == 0 {
+		return 2
+	}
+	lo, hi := bs[0].slow(), bs[0].slow()
+	for _, b := range bs[1:] {
+		lo, hi = min(lo, b.slow()), max(hi, b.slow())
+	}
+	return min(2, goalMargin*hi/lo)
+}

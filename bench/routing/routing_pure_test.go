@@ -94,3 +94,24 @@ func TestHAProxyConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestGoalRatio(t *testing.T) {
+	b := func(f float64) Backend { return Backend{SlowFactor: f} }
+	tests := []struct {
+		name string
+		bs   []Backend
+		want float64
+	}{
+		{"the issue's pool: one 3x slower", []Backend{b(1), b(1), b(1), b(3)}, 2},
+		{"held-out: two 2x slower, 2x is the best possible", []Backend{b(1), b(2), b(1), b(1), b(2)}, 1.7},
+		{"second held-out: the slowest decides", []Backend{b(1), b(1.4), b(1), b(4), b(1), b(1)}, 2},
+		{"unset slow factor is 1", []Backend{{}, b(2)}, 1.7},
+		{"all equal: no slow backend to avoid", []Backend{b(1), b(1)}, 0.85},
+		{"empty", nil, 2},
+	}
+	for _, tt := range tests {
+		if got := GoalRatio(tt.bs); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: GoalRatio = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -33,6 +33,18 @@ const (
 // attempt costs 1+errorPenalty times as much as a healthy one.
 const errorPenalty = 4
 
+// fullBatchSlowdown is how much slower each sequence of a full batch runs
+// than one alone, as a fraction: the Score of a request that joins a batch
+// of I running sequences out of B is 1 + fullBatchSlowdown·I/B of the
+// backend's pace. 0.35 is the slowdown of the simulated backends of the
+// routing benchmark's pool of issue 13 (5 % per extra sequence, batches of
+// 8: 1 + 0.05 × 7), the one pool it was set on; decoding on a GPU is
+// memory-bound, so a batch costs each of its sequences a fraction of what
+// queueing would. It was 1 before (a full batch counted as twice an idle
+// backend), which let an idle backend twice as slow look as cheap as a fast
+// one with a third of its batch busy.
+const fullBatchSlowdown = 0.35
+
 // Load is what the p2c policy knows about one backend when it picks.
 type Load struct {
 	// InFlight counts requests in flight on the backend through this
@@ -111,8 +123,9 @@ type Basis struct {
 //
 //	score = L × work / W × (1 + 4·E)
 //
-//	work = 1 + I + Q                           batch size B unknown
-//	work = 1 + min(I,B)/B + max(Q, I+1-B, 0)   B known
+//	work = 1 + I + Q                             batch size B unknown
+//	work = 1 + s·min(I,B)/B + max(Q, I+1-B, 0)   B known
+//	s = fullBatchSlowdown with a pace L, else 1
 //
 // where I is l.InFlight, Q is l.Queue if basis.Metrics (else 0), B is
 // l.Concurrency if basis.Concurrency, W is l.Weight (a backend of weight
@@ -128,9 +141,11 @@ type Basis struct {
 //
 // An inference server batches: up to B sequences decode together at nearly
 // the speed of one, and only beyond B do requests wait for a slot. So with
-// B known, the requests running in the batch cost 1/B each (a full batch
-// counts as one more unit: it slows every sequence down, and the term
-// spreads load evenly over equal backends), and each request the new one
+// B known, the score estimates the time the request takes there, in units
+// of the backend's pace: the requests running in the batch slow it down by
+// s/B each (s = fullBatchSlowdown: a full batch runs each sequence 1+s
+// times slower than an idle backend; the term also spreads load evenly over
+// equal backends), and each request the new one
 // would wait behind costs a whole unit: roughly the wait for a slot, which
 // in a server of B slots frees every S/B (S the service time, about B × L
 // for the models and batch sizes we run). That number is known at once from
@@ -140,7 +155,13 @@ type Basis struct {
 // capacity, not a load, so it keeps counting when the metrics go stale: a
 // metrics outage loses Q, not the knowledge of batch sizes. E keeps a
 // backend that fails fast (and so looks quick) from attracting traffic
-// between passive ejections. Pure.
+// between passive ejections.
+//
+// The slowdown is a time: without a pace (no latency compared, L = 1) the
+// score counts work, and a full batch counts as one unit (s = 1), as it
+// did before the slowdown was modelled. The prefix-aware policy bounds the
+// load of a prefix's backend on that count (twice the least loaded), and
+// its benchmark is tuned on it. Pure.
 func Score(l Load, basis Basis) float64 {
 	w := float64(l.Weight)
 	if w <= 0 {
@@ -151,17 +172,17 @@ func Score(l Load, basis Basis) float64 {
 	if basis.Metrics {
 		q = max(l.Queue, 0)
 	}
+	lat, s := 1.0, 1.0
+	switch {
+	case basis.TTFT:
+		lat, s = l.TTFT.Seconds(), fullBatchSlowdown
+	case basis.Latency:
+		lat, s = l.Latency.Seconds(), fullBatchSlowdown
+	}
 	work := 1 + in + q
 	if basis.Concurrency && l.Concurrency > 0 {
 		b := max(l.Concurrency, 1)
-		work = 1 + min(in, b)/b + max(q, in+1-b)
-	}
-	lat := 1.0
-	switch {
-	case basis.TTFT:
-		lat = l.TTFT.Seconds()
-	case basis.Latency:
-		lat = l.Latency.Seconds()
+		work = 1 + s*min(in, b)/b + max(q, in+1-b)
 	}
 	e := min(max(l.ErrorRate, 0), 1)
 	return lat * work / w * (1 + errorPenalty*e)

@@ -43,6 +43,10 @@ func TestScore(t *testing.T) {
 		{"a full batch: the new request waits behind one", Load{InFlight: 8, Weight: 100, Concurrency: 8, Fresh: true}, met, 3.0 / 100},
 		{"beyond the batch: the gateway's count of waiting", Load{InFlight: 10, Weight: 100, Queue: 1, Concurrency: 8, Fresh: true}, met, 5.0 / 100},
 		{"the backend's queue when larger", Load{InFlight: 2, Weight: 100, Queue: 4, Concurrency: 8, Fresh: true}, met, 5.25 / 100},
+		// With a pace, a request in the batch costs the batch's slowdown.
+		{"paced: in the batch, the slowdown", Load{InFlight: 4, Weight: 100, TTFT: 100 * ms, Concurrency: 8, Fresh: true}, Basis{TTFT: true, Metrics: true, Concurrency: true}, 0.1 * (1 + 0.35*4/8) / 100},
+		{"paced: a full batch, the slowdown and a wait", Load{InFlight: 8, Weight: 100, Latency: 500 * ms, Concurrency: 8, Fresh: true}, Basis{Latency: true, Metrics: true, Concurrency: true}, 0.5 * 2.35 / 100},
+		{"paced: the queue is not scaled", Load{InFlight: 2, Weight: 100, TTFT: 100 * ms, Queue: 4, Concurrency: 8, Fresh: true}, Basis{TTFT: true, Metrics: true, Concurrency: true}, 0.1 * (1 + 0.35*2/8 + 4) / 100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,7 +89,7 @@ func TestCompare(t *testing.T) {
 		// Batching backends of 8: a fast one with free slots beats an
 		// idle one three times slower...
 		{"a fast batch with free slots beats an idle slow backend", c(q(fast(6), 0), 8), c(q(slow(0), 0), 8), -1},
-		// ...until it queues: 40ms x (1 + 2 + 9/8) > 120ms x 1.
+		// ...until it queues: 40ms x (1 + 0.35 + 2) > 120ms x 1.
 		{"until it queues", c(q(fast(9), 2), 8), c(q(slow(0), 0), 8), 1},
 		{"one estimate unknown: neither is used", c(q(fast(6), 0), 8), q(slow(0), 0), 1},
 		{"stale metrics: the batch size still counts", c(stale(fast(6), 0), 8), c(q(slow(0), 0), 8), -1},
@@ -463,6 +467,49 @@ func TestChooseVersion(t *testing.T) {
 			})
 			if got != tt.want || ok != tt.wantOK {
 				t.Fatalf("got %q %v, want %q %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+// TestLeastCostOnScore: the load-only pick of the default (leastCost over
+// Score) on pools like the routing benchmark's. A request goes to a slower
+// idle backend only when the fast ones would queue, whatever the slow
+// factor (2x, 3x), and the batch size (6, 8); missing signals are neutral.
+func TestLeastCostOnScore(t *testing.T) {
+	ms := time.Millisecond
+	be := func(ttft time.Duration, in int64, b float64) Load {
+		return Load{InFlight: in, Weight: 100, TTFT: ttft, Concurrency: b, Fresh: true}
+	}
+	fast := func(in int64, b float64) Load { return be(40*ms, in, b) }
+	tests := []struct {
+		name  string
+		loads []Load
+		want  int
+	}{
+		{"a fast backend with one in flight beats an idle 2x slower one", []Load{fast(1, 6), be(80*ms, 0, 6)}, 0},
+		{"with five of six", []Load{fast(5, 6), be(80*ms, 0, 6)}, 0},
+		{"a full batch spills to the 2x slower one", []Load{fast(6, 6), be(80*ms, 0, 6)}, 1},
+		{"every fast one full: the 2x slower one", []Load{fast(6, 6), fast(6, 6), fast(7, 6), be(80*ms, 2, 6), be(80*ms, 3, 6)}, 3},
+		{"the 2x slower one full too: the fast one queues", []Load{fast(6, 6), be(80*ms, 6, 6)}, 0},
+		{"3x slower: seven of eight", []Load{fast(7, 8), fast(7, 8), fast(7, 8), be(120*ms, 0, 8)}, 0},
+		{"3x slower: saturation spills", []Load{fast(8, 8), fast(8, 8), fast(8, 8), be(120*ms, 0, 8)}, 3},
+		{"equal backends: the fewest in flight", []Load{fast(3, 8), fast(1, 8), fast(2, 8)}, 1},
+		// Missing signals: what is not known of all is not used.
+		{"no batch size on one: in flight times pace", []Load{be(40*ms, 2, 0), be(80*ms, 0, 6)}, 1},
+		{"no latency sample on one: work only, a full batch one unit", []Load{fast(3, 6), be(0, 0, 6)}, 1},
+		{"nothing known but in flight", []Load{be(0, 4, 0), be(0, 1, 0)}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			basis := commonBasis(tt.loads)
+			costs := make([]float64, len(tt.loads))
+			in := make([]int64, len(tt.loads))
+			for i, l := range tt.loads {
+				costs[i], in[i] = Score(l, basis), l.InFlight
+			}
+			if got := leastCost(costs, in, func(int) int { return 1 }); got != tt.want { // ties keep the first
+				t.Fatalf("picked %d, want %d (costs %v)", got, tt.want, costs)
 			}
 		})
 	}
