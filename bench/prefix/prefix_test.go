@@ -139,6 +139,30 @@ const boundEnv = "TIDEGPU_PREFIX_BOUND"
 
 var loadBound, _ = strconv.ParseFloat(os.Getenv(boundEnv), 64)
 
+// spillEnv=bound makes the default spill on its load bound alone, without
+// the learnt expected-TTFT rule (the policy before it, for comparison).
+const spillEnv = "TIDEGPU_PREFIX_SPILL"
+
+// loadsEnv runs only the given loads (comma-separated percents, e.g. 80).
+const loadsEnv = "TIDEGPU_PREFIX_LOADS"
+
+// loads returns the loads to run, as fractions of capacity.
+func loads(t *testing.T) []float64 {
+	v := os.Getenv(loadsEnv)
+	if v == "" {
+		return []float64{0.5, 0.8}
+	}
+	var out []float64
+	for f := range strings.SplitSeq(v, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || p < 10 || p > 95 {
+			t.Fatalf("%s=%q: want percents of capacity in 10..95, comma-separated", loadsEnv, v)
+		}
+		out = append(out, float64(p)/100)
+	}
+	return out
+}
+
 func TestPrefixRouting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("prefix-routing benchmark: about two minutes; runs without -short")
@@ -185,7 +209,7 @@ func TestPrefixRouting(t *testing.T) {
 	table.WriteString("| load | balancer | requests | errors | TTFT p50 | TTFT p90 | TTFT p99 | e2e p99 | output tokens/s | cache hit rate |\n")
 	table.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var goals []string
-	for _, load := range []float64{0.5, 0.8} {
+	for _, load := range loads(t) {
 		rate := load * capacity
 		turns := w.Schedule(rate/w.RequestsPerConversation(), warmup+measured, runSeed)
 		t.Logf("load %.0f%%: %.1f req/s offered, %d requests over %v (first %v unmeasured)", load*100, rate, len(turns), warmup+measured, warmup)
@@ -430,8 +454,14 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		// The prefix index sized like the backends' caches: 24,000 tokens
 		// of about 4 bytes are 1,500 blocks of 64 bytes.
 		opts := gateway.Options{Policy: policy, PrefixIndexBlocks: indexBlocks}
-		if policy == gateway.PolicyPrefixAware && loadBound != 0 {
-			opts.CustomPolicy = &gateway.PrefixAware{LoadBound: loadBound}
+		if policy == gateway.PolicyPrefixAware && (loadBound != 0 || os.Getenv(spillEnv) != "") {
+			switch v := os.Getenv(spillEnv); v {
+			case "", "time":
+			case "bound":
+			default:
+				t.Fatalf("%s=%q: want bound, time or unset", spillEnv, v)
+			}
+			opts.CustomPolicy = &gateway.PrefixAware{LoadBound: loadBound, BoundOnly: os.Getenv(spillEnv) == "bound"}
 		}
 		var src loadmetrics.Source
 		if withScrape {

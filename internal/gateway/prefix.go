@@ -99,6 +99,13 @@ type PrefixAware struct {
 	// Rand returns a uniform number in [0, n) for tie breaking; nil means
 	// math/rand/v2.
 	Rand func(n int) int
+	// BoundOnly spills on LoadBound alone, never on the expected time to
+	// first token (the policy before the learnt model; for comparison).
+	BoundOnly bool
+
+	// model learns the prefill time per block and the wait per request
+	// ahead from the responses (see prefixcost.go).
+	model prefillModel
 }
 
 // Pick implements Policy without a body: the least-cost candidate. The
@@ -117,10 +124,11 @@ func (p *PrefixAware) Pick(cands []*Upstream, _ *http.Request) *Upstream {
 }
 
 // pickPrompt picks for a request whose prompt's block hashes are hashes
-// (nil: no prefix signal) and records the blocks on the chosen backend.
-func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
+// (nil: no prefix signal) and returns what it expected of the pick, for
+// observe.
+func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) (*Upstream, prefixPick) {
 	if len(hashes) == 0 {
-		return p.Pick(cands, nil)
+		return p.Pick(cands, nil), prefixPick{}
 	}
 	var buf [16]prefixCand
 	var lbuf [16]Load
@@ -129,16 +137,30 @@ func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
 	paced := commonBasis(loads)
 	unpaced := paced
 	unpaced.TTFT, unpaced.Latency = false, false
+	known := true
 	for i, u := range cands {
-		pc = append(pc, prefixCand{
+		c := prefixCand{
 			matched: u.blocks.matched(hashes),
 			load:    Score(loads[i], unpaced),
 			cost:    Score(loads[i], paced),
 			rank:    rendezvous(hashes[0], u.id),
-		})
+			ahead:   ahead(loads[i], unpaced),
+		}
+		known = known && c.ahead >= 0
+		pc = append(pc, c)
 	}
-	return cands[prefixChoose(pc, p.bound())]
+	var i int
+	if block, slot, ok := p.model.times(); ok && known && !p.BoundOnly {
+		i = prefixChooseTime(pc, len(hashes), block, slot)
+	} else {
+		i = prefixChoose(pc, p.bound())
+	}
+	return cands[i], prefixPick{uncached: len(hashes) - pc[i].matched, ahead: pc[i].ahead, ok: true}
 }
+
+// observe learns from the time to first token of a streamed response to a
+// request picked as pick.
+func (p *PrefixAware) observe(pick prefixPick, ttft time.Duration) { p.model.observe(pick, ttft) }
 
 // record remembers that u was sent the blocks hashes.
 func (p *PrefixAware) record(u *Upstream, hashes []uint64) {
@@ -272,6 +294,7 @@ type prefixCand struct {
 	load    float64 // Score without the latency pace: the work there
 	cost    float64 // Score
 	rank    uint64  // rendezvous rank for the prompt's first block
+	ahead   float64 // requests one more would wait behind there; < 0: unknown
 }
 
 // prefixChoose returns the index of the candidate the prefix-aware policy
