@@ -102,6 +102,10 @@ type result struct {
 	tokens    int
 	backend   string
 	err       error
+	// queued and prefill are the backend's own account (Ollama's final
+	// chunk: load_duration, prompt_eval_duration); ok if it gave one.
+	queued, prefill time.Duration
+	split           bool
 }
 
 // row is one balancer's summary at one load.
@@ -431,6 +435,15 @@ func send(client *http.Client, base string, tu Turn, at time.Time) result {
 			}
 			r.tokens++
 		}
+		if ollama && bytes.Contains(line, []byte(`"done":true`)) {
+			var fin struct {
+				Load   int64 `json:"load_duration"`
+				Prompt int64 `json:"prompt_eval_duration"`
+			}
+			if json.Unmarshal(line, &fin) == nil {
+				r.queued, r.prefill, r.split = time.Duration(fin.Load), time.Duration(fin.Prompt), true
+			}
+		}
 		if err == io.EOF {
 			break
 		}
@@ -454,14 +467,16 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		// The prefix index sized like the backends' caches: 24,000 tokens
 		// of about 4 bytes are 1,500 blocks of 64 bytes.
 		opts := gateway.Options{Policy: policy, PrefixIndexBlocks: indexBlocks}
-		if policy == gateway.PolicyPrefixAware && (loadBound != 0 || os.Getenv(spillEnv) != "") {
+		var pa *gateway.PrefixAware
+		if policy == gateway.PolicyPrefixAware && (loadBound != 0 || os.Getenv(spillEnv) != "" || os.Getenv(debugEnv) != "") {
 			switch v := os.Getenv(spillEnv); v {
 			case "", "time":
 			case "bound":
 			default:
 				t.Fatalf("%s=%q: want bound, time or unset", spillEnv, v)
 			}
-			opts.CustomPolicy = &gateway.PrefixAware{LoadBound: loadBound, BoundOnly: os.Getenv(spillEnv) == "bound"}
+			pa = &gateway.PrefixAware{LoadBound: loadBound, BoundOnly: os.Getenv(spillEnv) == "bound"}
+			opts.CustomPolicy = pa
 		}
 		var src loadmetrics.Source
 		if withScrape {
@@ -470,6 +485,10 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		}
 		url, _, closeGateway := peer.StartGateway(t, opts, addrs)
 		return url, func() {
+			if pa != nil && os.Getenv(debugEnv) != "" {
+				block, slot, ok := pa.Learnt()
+				t.Logf("learnt: %v per uncached block, %v per request ahead, in use %v", block, slot, ok)
+			}
 			closeGateway()
 			if src != nil {
 				src.Close()
@@ -514,5 +533,31 @@ func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
 		}
 	}
 	t.Logf("turns by (turn, moved, slow): %v", count)
+	// The slow turns' own account (Ollama's half): how many waited for a
+	// slot more than 50 ms, and how many prefilled more than 100 ms.
+	var split, queued, prefilled, both int
+	var waits []time.Duration
+	for i, tu := range turns {
+		x := res[i]
+		if tu.At < warmup || !x.split {
+			continue
+		}
+		waits = append(waits, x.queued)
+		if x.ttft <= 100*time.Millisecond {
+			continue
+		}
+		split++
+		q, p := x.queued > 50*time.Millisecond, x.prefill > 100*time.Millisecond
+		switch {
+		case q && p:
+			both++
+		case q:
+			queued++
+		case p:
+			prefilled++
+		}
+	}
+	t.Logf("Ollama turns over 100 ms: %d, of which queued > 50 ms: %d, prefilled > 100 ms: %d, both: %d; queue wait p50/p90/p99 of all Ollama turns: %v/%v/%v",
+		split, queued, prefilled, both, Percentile(waits, 50), Percentile(waits, 90), Percentile(waits, 99))
 	t.Logf("tenant -> backends: %v", homes)
 }

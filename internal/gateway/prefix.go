@@ -158,6 +158,14 @@ func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) (*Upstream,
 	return cands[i], prefixPick{uncached: len(hashes) - pc[i].matched, ahead: pc[i].ahead, ok: true}
 }
 
+// Learnt returns the prefill time per uncached block and the wait per
+// request ahead the policy has learnt, and whether it spills on them yet
+// (see prefixcost.go).
+func (p *PrefixAware) Learnt() (block, slot time.Duration, ok bool) {
+	b, s, ok := p.model.times()
+	return time.Duration(b * float64(time.Second)), time.Duration(s * float64(time.Second)), ok
+}
+
 // observe learns from the time to first token of a streamed response to a
 // request picked as pick.
 func (p *PrefixAware) observe(pick prefixPick, ttft time.Duration) { p.model.observe(pick, ttft) }
