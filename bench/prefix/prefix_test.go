@@ -537,10 +537,17 @@ func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
 	// slot more than 50 ms, and how many prefilled more than 100 ms.
 	var split, queued, prefilled, both int
 	var waits []time.Duration
+	long := map[key]int{} // Ollama turns that prefilled over 100 ms, by (turn, moved)
+	prev = map[int]string{}
 	for i, tu := range turns {
 		x := res[i]
+		before, had := prev[tu.Conv.ID]
+		prev[tu.Conv.ID] = x.backend
 		if tu.At < warmup || !x.split {
 			continue
+		}
+		if x.prefill > 100*time.Millisecond {
+			long[key{turn: tu.Index, moved: had && before != x.backend}]++
 		}
 		waits = append(waits, x.queued)
 		if x.ttft <= 100*time.Millisecond {
@@ -559,5 +566,6 @@ func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
 	}
 	t.Logf("Ollama turns over 100 ms: %d, of which queued > 50 ms: %d, prefilled > 100 ms: %d, both: %d; queue wait p50/p90/p99 of all Ollama turns: %v/%v/%v",
 		split, queued, prefilled, both, Percentile(waits, 50), Percentile(waits, 90), Percentile(waits, 99))
+	t.Logf("Ollama turns that prefilled over 100 ms by (turn, moved): %v", long)
 	t.Logf("tenant -> backends: %v", homes)
 }

@@ -68,6 +68,21 @@ const (
 //     instead of being prefilled on all, and losing a backend moves only
 //     the prefixes it was home to.
 //
+// That bound is the rule until the policy has learnt what a spill costs;
+// then it picks by expected time to first token instead
+// (prefixChooseTime, prefixcost.go): on each candidate, the requests the
+// new one would wait behind for a batch slot times the learnt wait per
+// request ahead, plus the prompt's blocks the candidate does not hold times
+// the learnt prefill time per block; the lowest wins, ties as above. Both
+// times are fitted to the TTFT of the gateway's own streamed responses
+// against what it expected when it picked them (prefillModel). So a
+// conversation whose history is long stays on its backend through a short
+// queue, a new conversation of a busy tenant goes to another backend
+// holding the tenant's system prompt with a free slot, and a prefix whose
+// every holder queues longer than its prefill takes a second home (which
+// then holds it) instead of queueing there. The bound stays for candidates
+// whose batch size is unknown (no metrics), and BoundOnly keeps it always.
+//
 // A multi-turn chat repeats its history, so its next turn holds the
 // longest prefix where its previous turn went: session affinity without a
 // session header. A request without one full block of prompt (a short
