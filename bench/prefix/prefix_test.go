@@ -143,8 +143,8 @@ const boundEnv = "TIDEGPU_PREFIX_BOUND"
 
 var loadBound, _ = strconv.ParseFloat(os.Getenv(boundEnv), 64)
 
-// spillEnv=bound makes the default spill on its load bound alone, without
-// the learnt expected-TTFT rule (the policy before it, for comparison).
+// spillEnv=time turns on the default policy's experimental learnt spill
+// rule (PrefixAware.LearntSpill); bound or unset keeps the load bound.
 const spillEnv = "TIDEGPU_PREFIX_SPILL"
 
 // loadsEnv runs only the given loads (comma-separated percents, e.g. 80).
@@ -470,12 +470,11 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		var pa *gateway.PrefixAware
 		if policy == gateway.PolicyPrefixAware && (loadBound != 0 || os.Getenv(spillEnv) != "" || os.Getenv(debugEnv) != "") {
 			switch v := os.Getenv(spillEnv); v {
-			case "", "time":
-			case "bound":
+			case "", "bound", "time":
 			default:
 				t.Fatalf("%s=%q: want bound, time or unset", spillEnv, v)
 			}
-			pa = &gateway.PrefixAware{LoadBound: loadBound, BoundOnly: os.Getenv(spillEnv) == "bound"}
+			pa = &gateway.PrefixAware{LoadBound: loadBound, LearntSpill: os.Getenv(spillEnv) == "time"}
 			opts.CustomPolicy = pa
 		}
 		var src loadmetrics.Source

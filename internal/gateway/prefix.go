@@ -68,9 +68,10 @@ const (
 //     instead of being prefilled on all, and losing a backend moves only
 //     the prefixes it was home to.
 //
-// That bound is the rule until the policy has learnt what a spill costs;
-// then it picks by expected time to first token instead
-// (prefixChooseTime, prefixcost.go): on each candidate, the requests the
+// With LearntSpill (an experiment, off by default), that bound is the
+// rule only until the policy has learnt what a spill costs; then it picks
+// by expected time to first token instead (prefixChooseTime,
+// prefixcost.go): on each candidate, the requests the
 // new one would wait behind for a batch slot times the learnt wait per
 // request ahead, plus the prompt's blocks the candidate does not hold times
 // the learnt prefill time per block; the lowest wins, ties as above. Both
@@ -81,7 +82,11 @@ const (
 // holding the tenant's system prompt with a free slot, and a prefix whose
 // every holder queues longer than its prefill takes a second home (which
 // then holds it) instead of queueing there. The bound stays for candidates
-// whose batch size is unknown (no metrics), and BoundOnly keeps it always.
+// whose batch size is unknown (no metrics). Measured, the rule is greedy:
+// it keeps requests in a holder's queue as long as each one's own wait is
+// below its prefill elsewhere, blind to the requests queued behind it and
+// to the later requests a second home would serve, and it was not better
+// than the bound.
 //
 // A multi-turn chat repeats its history, so its next turn holds the
 // longest prefix where its previous turn went: session affinity without a
@@ -114,9 +119,12 @@ type PrefixAware struct {
 	// Rand returns a uniform number in [0, n) for tie breaking; nil means
 	// math/rand/v2.
 	Rand func(n int) int
-	// BoundOnly spills on LoadBound alone, never on the expected time to
-	// first token (the policy before the learnt model; for comparison).
-	BoundOnly bool
+	// LearntSpill picks by the expected time to first token once the
+	// policy has learnt the prefill and queueing times (see below and
+	// prefixcost.go) instead of the load bound. Off by default: on this
+	// repository's benchmarks it traded prefills for queueing and was not
+	// better (BENCHMARKS.md, "The learnt spill rule"); an experiment.
+	LearntSpill bool
 
 	// model learns the prefill time per block and the wait per request
 	// ahead from the responses (see prefixcost.go).
@@ -165,7 +173,7 @@ func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) (*Upstream,
 		pc = append(pc, c)
 	}
 	var i int
-	if block, slot, ok := p.model.times(); ok && known && !p.BoundOnly {
+	if block, slot, ok := p.model.times(); ok && known && p.LearntSpill {
 		i = prefixChooseTime(pc, len(hashes), block, slot)
 	} else {
 		i = prefixChoose(pc, p.bound())
@@ -183,7 +191,11 @@ func (p *PrefixAware) Learnt() (block, slot time.Duration, ok bool) {
 
 // observe learns from the time to first token of a streamed response to a
 // request picked as pick.
-func (p *PrefixAware) observe(pick prefixPick, ttft time.Duration) { p.model.observe(pick, ttft) }
+func (p *PrefixAware) observe(pick prefixPick, ttft time.Duration) {
+	if p.LearntSpill {
+		p.model.observe(pick, ttft)
+	}
+}
 
 // record remembers that u was sent the blocks hashes.
 func (p *PrefixAware) record(u *Upstream, hashes []uint64) {
