@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// The prefix-aware policy's experimental spill decision (PrefixAware.LearntSpill, off by default) by expected time to first
+// The prefix-aware policy's experimental spill decision
+// (PrefixAware.LearntSpill, off by default) by expected time to first
 // token (see PrefixAware): a request waits on a backend for the requests
 // ahead of it in the queue, then prefills the blocks of its prompt the
 // backend does not hold, so
