@@ -102,6 +102,10 @@ type result struct {
 	tokens    int
 	backend   string
 	err       error
+	// queued and prefill are the backend's own account (Ollama's final
+	// chunk: load_duration, prompt_eval_duration); ok if it gave one.
+	queued, prefill time.Duration
+	split           bool
 }
 
 // row is one balancer's summary at one load.
@@ -138,6 +142,30 @@ const debugEnv = "TIDEGPU_PREFIX_DEBUG"
 const boundEnv = "TIDEGPU_PREFIX_BOUND"
 
 var loadBound, _ = strconv.ParseFloat(os.Getenv(boundEnv), 64)
+
+// spillEnv=time turns on the default policy's experimental learnt spill
+// rule (PrefixAware.LearntSpill); bound or unset keeps the load bound.
+const spillEnv = "TIDEGPU_PREFIX_SPILL"
+
+// loadsEnv runs only the given loads (comma-separated percents, e.g. 80).
+const loadsEnv = "TIDEGPU_PREFIX_LOADS"
+
+// loads returns the loads to run, as fractions of capacity.
+func loads(t *testing.T) []float64 {
+	v := os.Getenv(loadsEnv)
+	if v == "" {
+		return []float64{0.5, 0.8}
+	}
+	var out []float64
+	for f := range strings.SplitSeq(v, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || p < 10 || p > 95 {
+			t.Fatalf("%s=%q: want percents of capacity in 10..95, comma-separated", loadsEnv, v)
+		}
+		out = append(out, float64(p)/100)
+	}
+	return out
+}
 
 func TestPrefixRouting(t *testing.T) {
 	if testing.Short() {
@@ -185,7 +213,7 @@ func TestPrefixRouting(t *testing.T) {
 	table.WriteString("| load | balancer | requests | errors | TTFT p50 | TTFT p90 | TTFT p99 | e2e p99 | output tokens/s | cache hit rate |\n")
 	table.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var goals []string
-	for _, load := range []float64{0.5, 0.8} {
+	for _, load := range loads(t) {
 		rate := load * capacity
 		turns := w.Schedule(rate/w.RequestsPerConversation(), warmup+measured, runSeed)
 		t.Logf("load %.0f%%: %.1f req/s offered, %d requests over %v (first %v unmeasured)", load*100, rate, len(turns), warmup+measured, warmup)
@@ -407,6 +435,15 @@ func send(client *http.Client, base string, tu Turn, at time.Time) result {
 			}
 			r.tokens++
 		}
+		if ollama && bytes.Contains(line, []byte(`"done":true`)) {
+			var fin struct {
+				Load   int64 `json:"load_duration"`
+				Prompt int64 `json:"prompt_eval_duration"`
+			}
+			if json.Unmarshal(line, &fin) == nil {
+				r.queued, r.prefill, r.split = time.Duration(fin.Load), time.Duration(fin.Prompt), true
+			}
+		}
 		if err == io.EOF {
 			break
 		}
@@ -430,8 +467,15 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		// The prefix index sized like the backends' caches: 24,000 tokens
 		// of about 4 bytes are 1,500 blocks of 64 bytes.
 		opts := gateway.Options{Policy: policy, PrefixIndexBlocks: indexBlocks}
-		if policy == gateway.PolicyPrefixAware && loadBound != 0 {
-			opts.CustomPolicy = &gateway.PrefixAware{LoadBound: loadBound}
+		var pa *gateway.PrefixAware
+		if policy == gateway.PolicyPrefixAware && (loadBound != 0 || os.Getenv(spillEnv) != "" || os.Getenv(debugEnv) != "") {
+			switch v := os.Getenv(spillEnv); v {
+			case "", "bound", "time":
+			default:
+				t.Fatalf("%s=%q: want bound, time or unset", spillEnv, v)
+			}
+			pa = &gateway.PrefixAware{LoadBound: loadBound, LearntSpill: os.Getenv(spillEnv) == "time"}
+			opts.CustomPolicy = pa
 		}
 		var src loadmetrics.Source
 		if withScrape {
@@ -440,6 +484,10 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		}
 		url, _, closeGateway := peer.StartGateway(t, opts, addrs)
 		return url, func() {
+			if pa != nil && os.Getenv(debugEnv) != "" {
+				block, slot, ok := pa.Learnt()
+				t.Logf("learnt: %v per uncached block, %v per request ahead, in use %v", block, slot, ok)
+			}
 			closeGateway()
 			if src != nil {
 				src.Close()
@@ -484,5 +532,39 @@ func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
 		}
 	}
 	t.Logf("turns by (turn, moved, slow): %v", count)
+	// The slow turns' own account (Ollama's half): how many waited for a
+	// slot more than 50 ms, and how many prefilled more than 100 ms.
+	var split, queued, prefilled, both int
+	var waits []time.Duration
+	long := map[key]int{} // Ollama turns that prefilled over 100 ms, by (turn, moved)
+	prev = map[int]string{}
+	for i, tu := range turns {
+		x := res[i]
+		before, had := prev[tu.Conv.ID]
+		prev[tu.Conv.ID] = x.backend
+		if tu.At < warmup || !x.split {
+			continue
+		}
+		if x.prefill > 100*time.Millisecond {
+			long[key{turn: tu.Index, moved: had && before != x.backend}]++
+		}
+		waits = append(waits, x.queued)
+		if x.ttft <= 100*time.Millisecond {
+			continue
+		}
+		split++
+		q, p := x.queued > 50*time.Millisecond, x.prefill > 100*time.Millisecond
+		switch {
+		case q && p:
+			both++
+		case q:
+			queued++
+		case p:
+			prefilled++
+		}
+	}
+	t.Logf("Ollama turns over 100 ms: %d, of which queued > 50 ms: %d, prefilled > 100 ms: %d, both: %d; queue wait p50/p90/p99 of all Ollama turns: %v/%v/%v",
+		split, queued, prefilled, both, Percentile(waits, 50), Percentile(waits, 90), Percentile(waits, 99))
+	t.Logf("Ollama turns that prefilled over 100 ms by (turn, moved): %v", long)
 	t.Logf("tenant -> backends: %v", homes)
 }

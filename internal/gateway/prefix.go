@@ -68,6 +68,26 @@ const (
 //     instead of being prefilled on all, and losing a backend moves only
 //     the prefixes it was home to.
 //
+// With LearntSpill (an experiment, off by default), that bound is the
+// rule only until the policy has learnt what a spill costs; then it picks
+// by expected time to first token instead (prefixChooseTime,
+// prefixcost.go): on each candidate, the requests the
+// new one would wait behind for a batch slot times the learnt wait per
+// request ahead, plus the prompt's blocks the candidate does not hold times
+// the learnt prefill time per block; the lowest wins, ties as above. Both
+// times are fitted to the TTFT of the gateway's own streamed responses
+// against what it expected when it picked them (prefillModel). So a
+// conversation whose history is long stays on its backend through a short
+// queue, a new conversation of a busy tenant goes to another backend
+// holding the tenant's system prompt with a free slot, and a prefix whose
+// every holder queues longer than its prefill takes a second home (which
+// then holds it) instead of queueing there. The bound stays for candidates
+// whose batch size is unknown (no metrics). Measured, the rule is greedy:
+// it keeps requests in a holder's queue as long as each one's own wait is
+// below its prefill elsewhere, blind to the requests queued behind it and
+// to the later requests a second home would serve, and it was not better
+// than the bound.
+//
 // A multi-turn chat repeats its history, so its next turn holds the
 // longest prefix where its previous turn went: session affinity without a
 // session header. A request without one full block of prompt (a short
@@ -99,6 +119,16 @@ type PrefixAware struct {
 	// Rand returns a uniform number in [0, n) for tie breaking; nil means
 	// math/rand/v2.
 	Rand func(n int) int
+	// LearntSpill picks by the expected time to first token once the
+	// policy has learnt the prefill and queueing times (see below and
+	// prefixcost.go) instead of the load bound. Off by default: on this
+	// repository's benchmarks it traded prefills for queueing and was not
+	// better (BENCHMARKS.md, "The learnt spill rule"); an experiment.
+	LearntSpill bool
+
+	// model learns the prefill time per block and the wait per request
+	// ahead from the responses (see prefixcost.go).
+	model prefillModel
 }
 
 // Pick implements Policy without a body: the least-cost candidate. The
@@ -117,10 +147,11 @@ func (p *PrefixAware) Pick(cands []*Upstream, _ *http.Request) *Upstream {
 }
 
 // pickPrompt picks for a request whose prompt's block hashes are hashes
-// (nil: no prefix signal) and records the blocks on the chosen backend.
-func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
+// (nil: no prefix signal) and returns what it expected of the pick, for
+// observe.
+func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) (*Upstream, prefixPick) {
 	if len(hashes) == 0 {
-		return p.Pick(cands, nil)
+		return p.Pick(cands, nil), prefixPick{}
 	}
 	var buf [16]prefixCand
 	var lbuf [16]Load
@@ -129,15 +160,41 @@ func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) *Upstream {
 	paced := commonBasis(loads)
 	unpaced := paced
 	unpaced.TTFT, unpaced.Latency = false, false
+	known := true
 	for i, u := range cands {
-		pc = append(pc, prefixCand{
+		c := prefixCand{
 			matched: u.blocks.matched(hashes),
 			load:    Score(loads[i], unpaced),
 			cost:    Score(loads[i], paced),
 			rank:    rendezvous(hashes[0], u.id),
-		})
+			ahead:   ahead(loads[i], unpaced),
+		}
+		known = known && c.ahead >= 0
+		pc = append(pc, c)
 	}
-	return cands[prefixChoose(pc, p.bound())]
+	var i int
+	if block, slot, ok := p.model.times(); ok && known && p.LearntSpill {
+		i = prefixChooseTime(pc, len(hashes), block, slot)
+	} else {
+		i = prefixChoose(pc, p.bound())
+	}
+	return cands[i], prefixPick{uncached: len(hashes) - pc[i].matched, ahead: pc[i].ahead, ok: true}
+}
+
+// Learnt returns the prefill time per uncached block and the wait per
+// request ahead the policy has learnt, and whether it spills on them yet
+// (see prefixcost.go).
+func (p *PrefixAware) Learnt() (block, slot time.Duration, ok bool) {
+	b, s, ok := p.model.times()
+	return time.Duration(b * float64(time.Second)), time.Duration(s * float64(time.Second)), ok
+}
+
+// observe learns from the time to first token of a streamed response to a
+// request picked as pick.
+func (p *PrefixAware) observe(pick prefixPick, ttft time.Duration) {
+	if p.LearntSpill {
+		p.model.observe(pick, ttft)
+	}
 }
 
 // record remembers that u was sent the blocks hashes.
@@ -272,6 +329,7 @@ type prefixCand struct {
 	load    float64 // Score without the latency pace: the work there
 	cost    float64 // Score
 	rank    uint64  // rendezvous rank for the prompt's first block
+	ahead   float64 // requests one more would wait behind there; < 0: unknown
 }
 
 // prefixChoose returns the index of the candidate the prefix-aware policy

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPrefixChoose(t *testing.T) {
@@ -267,5 +269,132 @@ func TestPrefixOptions(t *testing.T) {
 	defer g2.Close()
 	if own.IndexBlocks != 3 {
 		t.Errorf("a custom policy's own IndexBlocks was overwritten: %d", own.IndexBlocks)
+	}
+}
+
+func TestPrefixChooseTime(t *testing.T) {
+	// A prompt of 200 blocks, 3 ms per uncached block, 60 ms per request
+	// ahead: one request ahead is worth 20 blocks of prefill.
+	const n, block, slot = 200, 0.003, 0.060
+	c := func(matched int, ahead, cost float64, rank uint64) prefixCand {
+		return prefixCand{matched: matched, load: cost, cost: cost, rank: rank, ahead: ahead}
+	}
+	tests := []struct {
+		name string
+		cs   []prefixCand
+		want int
+	}{
+		{"affinity: the history's holder with a free slot", []prefixCand{c(150, 0, 1.9, 1), c(125, 0, 1, 9), c(0, 0, 1, 5)}, 0},
+		{"a short wait beats re-prefilling the history", []prefixCand{c(190, 1, 2.1, 1), c(125, 0, 1, 9)}, 0},
+		{"a long wait spills to the system prompt's other holder", []prefixCand{c(190, 4, 5, 1), c(125, 0, 1.5, 9), c(0, 0, 1, 5)}, 1},
+		{"spill prefers a holder of the system prompt to an idle stranger", []prefixCand{c(190, 8, 9, 1), c(125, 1, 2, 9), c(0, 0, 1, 5)}, 1},
+		{"a queue longer than the whole prefill goes to a stranger", []prefixCand{c(200, 11, 12, 1), c(0, 0, 1, 5)}, 1},
+		{"a new conversation: among the system prompt's holders, the cheaper", []prefixCand{c(125, 0, 1.8, 9), c(125, 0, 1.2, 1), c(0, 0, 1, 5)}, 1},
+		{"no holder: the rendezvous home", []prefixCand{c(0, 0, 1, 3), c(0, 0, 1.5, 7), c(0, 0, 1, 5)}, 1},
+		{"no holder: a queueing home is passed over", []prefixCand{c(0, 0, 1, 3), c(0, 1, 2.1, 7), c(0, 0, 1, 5)}, 2},
+		{"a hot prefix's holders all queue: a second home with a free slot, once the wait is worth it", []prefixCand{c(125, 7, 8, 9), c(0, 0, 1, 1)}, 1},
+		{"fractional ahead from the queue metric counts", []prefixCand{c(150, 2.6, 3, 1), c(100, 0, 1, 9)}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := prefixChooseTime(tt.cs, n, block, slot); got != tt.want {
+				t.Fatalf("picked %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAhead(t *testing.T) {
+	all := Basis{Metrics: true, Concurrency: true}
+	tests := []struct {
+		name  string
+		l     Load
+		basis Basis
+		want  float64
+	}{
+		{"free slot", Load{InFlight: 3, Concurrency: 8}, all, 0},
+		{"the last free slot", Load{InFlight: 7, Concurrency: 8}, all, 0},
+		{"one ahead", Load{InFlight: 8, Concurrency: 8}, all, 1},
+		{"the backend's queue counts when larger", Load{InFlight: 8, Concurrency: 8, Queue: 3, Fresh: true}, all, 3},
+		{"the queue without fresh metrics does not", Load{InFlight: 2, Concurrency: 8, Queue: 3}, Basis{Concurrency: true}, 0},
+		{"unknown batch", Load{InFlight: 9}, all, -1},
+		{"batch not common to all", Load{InFlight: 9, Concurrency: 8}, Basis{Metrics: true}, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ahead(tt.l, tt.basis); got != tt.want {
+				t.Fatalf("ahead %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFitLine(t *testing.T) {
+	sums := func(pts ...[2]float64) (w, sx, sy, sxx, sxy float64) {
+		for _, p := range pts {
+			w, sx, sy, sxx, sxy = w+1, sx+p[0], sy+p[1], sxx+p[0]*p[0], sxy+p[0]*p[1]
+		}
+		return
+	}
+	tests := []struct {
+		name   string
+		pts    [][2]float64
+		a, b   float64
+		wantOK bool
+	}{
+		{"a line", [][2]float64{{0, 1}, {10, 2}, {20, 3}}, 1, 0.1, true},
+		{"no spread", [][2]float64{{5, 1}, {5, 2}, {6, 3}}, 0, 0, false},
+		{"negative slope", [][2]float64{{0, 3}, {10, 2}, {20, 1}}, 0, 0, false},
+		{"empty", nil, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b, ok := fitLine(sums(tt.pts...))
+			if ok != tt.wantOK || ok && (math.Abs(a-tt.a) > 1e-9 || math.Abs(b-tt.b) > 1e-9) {
+				t.Fatalf("fitLine = %v, %v, %v; want %v, %v, %v", a, b, ok, tt.a, tt.b, tt.wantOK)
+			}
+		})
+	}
+}
+
+// TestPrefillModel: the model learns a backend's prefill time per block and
+// wait per request ahead from TTFTs, and is not used before it has seen
+// enough of both.
+func TestPrefillModel(t *testing.T) {
+	const base, block, slot = 0.020, 0.0032, 0.063
+	ttft := func(uncached int, ahead float64) time.Duration {
+		return time.Duration((base + block*float64(uncached) + slot*ahead) * float64(time.Second))
+	}
+	var m prefillModel
+	if _, _, ok := m.times(); ok {
+		t.Fatal("an empty model is usable")
+	}
+	m.observe(prefixPick{uncached: 5, ahead: 0}, ttft(5, 0)) // not ok: no prefix signal
+	m.observe(prefixPick{uncached: 5, ahead: -1, ok: true}, ttft(5, 0))
+	if m.n0 != 0 {
+		t.Fatal("picks without a prefix signal or a known queue are learnt from")
+	}
+	for i := range prefillMinSamples {
+		x := []int{3, 8, 125, 20}[i%4]
+		m.observe(prefixPick{uncached: x, ok: true}, ttft(x, 0))
+	}
+	if _, _, ok := m.times(); ok {
+		t.Fatal("usable before any queued sample")
+	}
+	for i := range slotMinSamples {
+		a := float64(1 + i%3)
+		m.observe(prefixPick{uncached: 6, ahead: a, ok: true}, ttft(6, a))
+	}
+	gotBlock, gotSlot, ok := m.times()
+	if !ok || math.Abs(gotBlock-block) > 1e-4 || math.Abs(gotSlot-slot) > 1e-3 {
+		t.Fatalf("times = %v, %v, %v; want %v, %v", gotBlock, gotSlot, ok, block, slot)
+	}
+	// The wait follows the moment: after many samples of a longer wait,
+	// slotTime is near it.
+	for range 4 * slotMemory {
+		m.observe(prefixPick{uncached: 6, ahead: 2, ok: true}, ttft(6, 2)+2*30*time.Millisecond)
+	}
+	if _, gotSlot, _ = m.times(); math.Abs(gotSlot-(slot+0.030)) > 0.003 {
+		t.Fatalf("after a longer wait, slotTime %v, want about %v", gotSlot, slot+0.030)
 	}
 }

@@ -63,6 +63,7 @@ type exchange struct {
 	// computed (prefixDone).
 	prefix     []uint64
 	prefixDone bool
+	prefixPick prefixPick // what the prefix-aware policy expected of the last pick
 	// stripUsage: the gateway asked the backend for the stream's usage,
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
@@ -252,6 +253,9 @@ func (e *exchange) serve() {
 				g.recordFailure(u, "status "+a.resp.Status, false)
 			} else {
 				g.recordSuccess(u, a.latency, isStream(a.resp.Header))
+				if g.prefix != nil && isStream(a.resp.Header) {
+					g.prefix.observe(e.prefixPick, a.latency)
+				}
 			}
 			e.commit(&a)
 			return
@@ -372,7 +376,7 @@ func (e *exchange) pick() *Upstream {
 					e.prefix = prefixHashes(model, text, g.prefix.blockBytes())
 				}
 			}
-			u = g.prefix.pickPrompt(cands, e.prefix)
+			u, e.prefixPick = g.prefix.pickPrompt(cands, e.prefix)
 		} else {
 			u = g.policy.Pick(cands, e.r)
 		}
