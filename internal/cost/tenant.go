@@ -490,3 +490,39 @@ func (l *Ledger) TenantSpend(w Window, now time.Time) map[string]map[string]Mone
 	}
 	return out
 }
+
+// TenantFOCUSRows returns one FOCUS row per tenant row of TenantCosts over
+// w (the cost allocated to a tenant in a pool, and each pool's idle and
+// unattributed cost), the tenant and its key's labels in Tags
+// (tidegpu.io/tenant, tidegpu.io/team, tidegpu.io/project, tidegpu.io/env):
+// the rows of a pool sum to its spend, so they replace the instance rows,
+// not add to them.
+func (l *Ledger) TenantFOCUSRows(w Window, now time.Time) []FOCUSRow {
+	var out []FOCUSRow
+	for _, r := range l.TenantCosts(w, now) {
+		start, end := w.From.UTC(), w.To.UTC()
+		bp := MonthWindow(start)
+		row := FOCUSRow{BillingCurrency: r.Currency, BillingPeriodStart: bp.From, BillingPeriodEnd: bp.To,
+			ChargeCategory: FOCUSChargeUsage, ChargeFrequency: FOCUSUsageBased, ChargePeriodStart: start, ChargePeriodEnd: end,
+			ConsumedQuantity: r.GPUHours, ConsumedUnit: FOCUSUnitHours, PricingQuantity: r.GPUHours, PricingUnit: FOCUSUnitHours,
+			EffectiveCost: r.Cost, BilledCost: r.Cost, ContractedCost: r.Cost, ListCost: r.Cost,
+			ProviderName: "TideGPU", PublisherName: "TideGPU", InvoiceIssuerName: "TideGPU",
+			ServiceCategory: FOCUSServiceCompute, ServiceName: "TideGPU pool " + r.Pool, PoolName: r.Pool,
+			Tags: map[string]string{"tidegpu.io/pool": r.Pool, "tidegpu.io/tenant": r.Tenant}}
+		switch r.Tenant {
+		case IdleGroup:
+			row.ChargeDescription = fmt.Sprintf("idle instance-hours of pool %s (nothing in flight)", r.Pool)
+			row.IdleCost = r.Cost
+		case UnattributedGroup:
+			row.ChargeDescription = fmt.Sprintf("busy instance-hours of pool %s no recorded request accounts for", r.Pool)
+		default:
+			row.ChargeDescription = fmt.Sprintf("GPU-hours of pool %s used by tenant %s (%.0f tokens)", r.Pool, r.Tenant, r.PromptTokens+r.CompletionTokens)
+			row.BusyQuantity = r.GPUHours
+		}
+		for k, v := range r.Labels {
+			row.Tags["tidegpu.io/"+k] = v
+		}
+		out = append(out, row)
+	}
+	return out
+}
