@@ -33,9 +33,9 @@ func TestPeriod(t *testing.T) {
 	}{
 		{Daily, wed, day(2026, 3, 4), day(2026, 3, 5)},
 		{Weekly, wed, day(2026, 3, 2), day(2026, 3, 9)},
-		{Weekly, day(2026, 3, 2), day(2026, 3, 2), day(2026, 3, 9)},                                   // Monday 00:00
-		{Weekly, day(2026, 3, 2).Add(-time.Nanosecond), day(2026, 2, 23), day(2026, 3, 2)},            // Sunday night
-		{Weekly, day(2026, 12, 31), day(2026, 12, 28), day(2027, 1, 4)},                               // across a year
+		{Weekly, day(2026, 3, 2), day(2026, 3, 2), day(2026, 3, 9)},                                                 // Monday 00:00
+		{Weekly, day(2026, 3, 2).Add(-time.Nanosecond), day(2026, 2, 23), day(2026, 3, 2)},                          // Sunday night
+		{Weekly, day(2026, 12, 31), day(2026, 12, 28), day(2027, 1, 4)},                                             // across a year
 		{Daily, time.Date(2026, 3, 4, 23, 0, 0, 0, time.FixedZone("x", -5*3600)), day(2026, 3, 5), day(2026, 3, 6)}, // UTC
 	} {
 		w := Period(c.s, c.at)
