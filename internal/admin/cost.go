@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/cost"
@@ -44,6 +45,39 @@ type CostReport struct {
 	From  time.Time  `json:"from"`
 	To    time.Time  `json:"to"`
 	Pools []CostView `json:"pools"`
+	// By is the grouping asked for (?by=tenant, label:team, label:project,
+	// label:env); Groups the cost per group on the usage basis, with the
+	// idle and unattributed cost as groups of their own.
+	By     string      `json:"by,omitempty"`
+	Groups []GroupView `json:"groups,omitempty"`
+}
+
+// GroupView is one group's cost (a tenant, or a label's value).
+type GroupView struct {
+	Group            string  `json:"group"`
+	Currency         string  `json:"currency"`
+	Spend            float64 `json:"spend"`
+	PromptTokens     float64 `json:"promptTokens"`
+	CompletionTokens float64 `json:"completionTokens"`
+	GPUHours         float64 `json:"gpuHours"`
+	// PerMillionTokens is absent for a group without tokens.
+	PerMillionTokens *float64 `json:"perMillionTokens,omitempty"`
+}
+
+// BuildGroups is the cost per group (cost.GroupTenantCosts) over
+// [now-window, now).
+func BuildGroups(l *cost.Ledger, now time.Time, window time.Duration, by string) []GroupView {
+	out := []GroupView{}
+	for _, g := range cost.GroupTenantCosts(l.TenantCosts(cost.Window{From: now.Add(-window), To: now}, now), by) {
+		v := GroupView{Group: g.Group, Currency: g.Currency, Spend: g.Cost.Float(), PromptTokens: g.PromptTokens,
+			CompletionTokens: g.CompletionTokens, GPUHours: g.GPUHours}
+		if g.HasTokens {
+			pm := g.PerMillion
+			v.PerMillionTokens = &pm
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // BuildCostReport summarises the ledger over [now-window, now). Pure given
@@ -111,14 +145,29 @@ func costHandler(l *cost.Ledger) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		by, err := cost.ParseGroupBy(r.URL.Query().Get("by"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "by: "+strings.TrimPrefix(err.Error(), "--by "))
+			return
+		}
 		now := time.Now()
 		switch f := r.URL.Query().Get("format"); f {
 		case "", "json":
-			writeJSON(w, http.StatusOK, BuildCostReport(l, now, window))
+			rep := BuildCostReport(l, now, window)
+			if by != "pool" {
+				rep.By, rep.Groups = by, BuildGroups(l, now, window, by)
+			}
+			writeJSON(w, http.StatusOK, rep)
 		case "focus-csv":
 			w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 			w.Header().Set("Content-Disposition", `attachment; filename="tidegpu-focus.csv"`)
-			_ = cost.WriteFOCUSCSV(w, l.FOCUSRows(cost.Window{From: now.Add(-window), To: now}))
+			win := cost.Window{From: now.Add(-window), To: now}
+			rows := l.FOCUSRows(win)
+			if by != "pool" {
+				// The cost allocated to tenants, tagged with tenant and labels.
+				rows = l.TenantFOCUSRows(win, now)
+			}
+			_ = cost.WriteFOCUSCSV(w, rows)
 		default:
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("format: %q is not supported: use json or focus-csv", f))
 		}

@@ -15,11 +15,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidegpu/tidegpu/internal/admin"
+	"github.com/tidegpu/tidegpu/internal/cost"
 )
 
 // NewCostCommand returns `tidegpu cost`.
 func NewCostCommand() *cobra.Command {
-	var adminURL, window, output string
+	var adminURL, window, output, by string
 	cmd := &cobra.Command{
 		Use:   "cost",
 		Short: "Show what each pool spends and saves: spend, run-rate, on-demand equivalent, savings, idle, $/Mtok",
@@ -27,6 +28,9 @@ func NewCostCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := admin.ParseWindow(window); err != nil {
 				return fmt.Errorf("--%v", err)
+			}
+			if _, err := cost.ParseGroupBy(by); err != nil {
+				return err
 			}
 			format := "json"
 			switch output {
@@ -36,7 +40,7 @@ func NewCostCommand() *cobra.Command {
 			default:
 				return fmt.Errorf("--output: %q is not supported: use table, json or focus-csv", output)
 			}
-			body, err := getAdmin(cmd.Context(), adminURL, "/api/v1/cost?window="+url.QueryEscape(window)+"&format="+format)
+			body, err := getAdmin(cmd.Context(), adminURL, "/api/v1/cost?window="+url.QueryEscape(window)+"&format="+format+"&by="+url.QueryEscape(by))
 			if err != nil {
 				return err
 			}
@@ -48,6 +52,10 @@ func NewCostCommand() *cobra.Command {
 			if err := json.Unmarshal(body, &rep); err != nil {
 				return fmt.Errorf("decoding the cost report: %w", err)
 			}
+			if rep.By != "" {
+				writeGroupTable(cmd.OutOrStdout(), rep)
+				return nil
+			}
 			writeCostTable(cmd.OutOrStdout(), rep)
 			return nil
 		},
@@ -56,6 +64,7 @@ func NewCostCommand() *cobra.Command {
 	f.StringVar(&adminURL, "admin", "http://127.0.0.1:9090", "admin API of `tidegpu up` or the operator (token from TIDEGPU_ADMIN_TOKEN)")
 	f.StringVar(&window, "window", "24h", "how far back: a duration such as 1h, 24h or 720h")
 	f.StringVarP(&output, "output", "o", "table", "table, json or focus-csv (FOCUS 1.0 columns)")
+	f.StringVar(&by, "by", "pool", "group by pool, tenant, label:team, label:project or label:env (tenants pay for the GPU time their requests used; idle apart)")
 	return cmd
 }
 
@@ -127,4 +136,29 @@ func writeCostTable(w io.Writer, rep admin.CostReport) {
 		fmt.Fprintln(tw, r)
 	}
 	tw.Flush()
+}
+
+// writeGroupTable prints the cost per tenant or label value: spend, tokens,
+// GPU-hours and $/Mtok, then the total.
+func writeGroupTable(w io.Writer, rep admin.CostReport) {
+	fmt.Fprintf(w, "Cost by %s from %s to %s (usage basis: each tenant pays for the GPU time its requests used)\n\n",
+		rep.By, rep.From.Local().Format("2006-01-02 15:04"), rep.To.Local().Format("2006-01-02 15:04"))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\tSPEND\tPROMPT TOK\tCOMPLETION TOK\tGPU-H\t$/MTOK\t\n", strings.ToUpper(strings.TrimPrefix(rep.By, "label:")))
+	totals := map[string]float64{}
+	for _, g := range rep.Groups {
+		pm := "-"
+		if g.PerMillionTokens != nil {
+			pm = fmt.Sprintf("%.4f", *g.PerMillionTokens)
+		}
+		fmt.Fprintf(tw, "%s\t%.6f %s\t%.0f\t%.0f\t%.4f\t%s\t\n", g.Group, g.Spend, g.Currency, g.PromptTokens, g.CompletionTokens, g.GPUHours, pm)
+		totals[g.Currency] += g.Spend
+	}
+	tw.Flush()
+	if len(rep.Groups) == 0 {
+		fmt.Fprintln(w, "no cost in this window")
+	}
+	for cur, t := range totals {
+		fmt.Fprintf(w, "total %.6f %s (the pools' spend)\n", t, cur)
+	}
 }

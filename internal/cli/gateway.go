@@ -337,7 +337,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	var handler http.Handler // the gateway, behind the token recorder with --report-usage-to
 	var rec *usage.Recorder
 	if reporter != nil {
-		rec = &usage.Recorder{Sink: reporter.Add}
+		rec = &usage.Recorder{Sink: reporter.Add, Use: reporter.AddUse}
 		gwOpts.OnUsage = rec.StreamUsage
 	}
 	if msrc != nil {

@@ -45,6 +45,10 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 			if err != nil {
 				return err
 			}
+			report, err := alerts.schedule()
+			if err != nil {
+				return err
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -60,6 +64,7 @@ writes status and events. In a cluster it uses the pod's service account; outsid
 				LeaderElectionNamespace: leaderNS, StateDir: stateDir, Cluster: cluster, LedgerNamespace: ledgerNS, Logger: logger,
 				NoticeAddr: noticeAddr, NoticeTLSCert: noticeCert, NoticeTLSKey: noticeKey, NoticeURL: noticeURL, AWSInterruptionQueue: awsQueue,
 				GatewayMetrics: gatewayMetrics, DCGMURL: dcgmURL, Alerts: alertSinks,
+				CostReport: report,
 			})
 		},
 	}

@@ -88,6 +88,10 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
+			report, err := alerts.schedule()
+			if err != nil {
+				return err
+			}
 			keys, err := loadKeys(keysFile)
 			if err != nil {
 				return err
@@ -105,7 +109,7 @@ cluster takes. Bad input is refused before anything starts.`,
 				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait, DCGMURL: dcgmURL,
 				Gateway: gwTuning,
-				Keys:    keys, Alerts: alertSinks,
+				Keys:    keys, Alerts: alertSinks, CostReport: report,
 			})
 		},
 	}

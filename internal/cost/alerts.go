@@ -53,3 +53,33 @@ func Alerts(st BudgetStatus, sent map[string]bool) []Alert {
 	}
 	return out
 }
+
+// TenantAlerts returns the alerts of a tenant's monthly budget that are
+// not in sent: the highest of AlertLevels its spend crossed in period
+// (limit and spent in nano-units of currency), keyed
+// "tenant/TENANT/PERIOD/LEVEL" so each is said once. Pure.
+func TenantAlerts(tenant string, period Window, limitNanos, spentNanos int64, currency string, sent map[string]bool) []Alert {
+	if limitNanos <= 0 {
+		return nil
+	}
+	p := period.From.UTC().Format("2006-01")
+	for i := len(AlertLevels) - 1; i >= 0; i-- {
+		lv := AlertLevels[i]
+		// spent/limit >= lv/100 (exact for amounts below 2^53 nano-units).
+		if float64(spentNanos)*100 < float64(limitNanos)*float64(lv) {
+			continue
+		}
+		key := fmt.Sprintf("tenant/%s/%s/%d", tenant, p, lv)
+		if sent[key] {
+			return nil
+		}
+		what := "requests are refused (429 budget_exceeded) until the month rolls over"
+		if lv < 100 {
+			what = "requests are refused once it reaches 100 %"
+		}
+		return []Alert{{Key: key, Level: lv, Message: fmt.Sprintf("tenant %s crossed %d %% of its %.4g %s budget for %s: spent %.4g %s (%d %%); %s",
+			tenant, lv, float64(limitNanos)/nanosPerUnit, currency, p, float64(spentNanos)/nanosPerUnit, currency,
+			int(100*float64(spentNanos)/float64(limitNanos)), what)}}
+	}
+	return nil
+}

@@ -46,3 +46,30 @@ func TestAlerts(t *testing.T) {
 		})
 	}
 }
+
+func TestTenantAlerts(t *testing.T) {
+	march := MonthWindow(t0)
+	const usd = int64(1e9)
+	for _, c := range []struct {
+		name         string
+		limit, spent int64
+		sent         map[string]bool
+		wantKey      string
+	}{
+		{"below half", 10 * usd, 4*usd + 999_999_999, nil, ""},
+		{"half", 10 * usd, 5 * usd, nil, "tenant/a/2026-03/50"},
+		{"80 said already", 10 * usd, 9 * usd, map[string]bool{"tenant/a/2026-03/80": true}, ""},
+		{"only the highest", 10 * usd, 10 * usd, map[string]bool{}, "tenant/a/2026-03/100"},
+		{"over", 10 * usd, 30 * usd, nil, "tenant/a/2026-03/100"},
+		{"no budget", 0, 30 * usd, nil, ""},
+	} {
+		got := TenantAlerts("a", march, c.limit, c.spent, "USD", c.sent)
+		key := ""
+		if len(got) > 0 {
+			key = got[0].Key
+		}
+		if key != c.wantKey || len(got) > 1 {
+			t.Errorf("%s: %+v, want key %q", c.name, got, c.wantKey)
+		}
+	}
+}

@@ -28,6 +28,12 @@ const (
 	MetricRunRatePerHour      = "tidegpu_cost_run_rate_per_hour"
 	MetricPricePerHour        = "tidegpu_price_per_hour"
 	MetricBudgetExceeded      = "tidegpu_budget_exceeded"
+	// The cost per tenant in the current UTC month (usage basis, see
+	// tenant.go), labelled like OpenCost's allocation metrics with the
+	// owner's labels: tenant and the key's team, project, env.
+	MetricTenantSpend      = "tidegpu_cost_tenant_spend"
+	MetricTenantTokens     = "tidegpu_cost_tenant_tokens"
+	MetricTenantPerMillion = "tidegpu_cost_tenant_per_million_tokens"
 )
 
 var (
@@ -51,6 +57,13 @@ var (
 	priceDesc = prometheus.NewDesc(MetricPricePerHour,
 		"Price per hour in force for a running instance, with where it came from (catalog, live, override, fallback).",
 		[]string{"pool", "instance", "instance_type", "region", "zone", "capacity_type", "provider", "currency", "price_source"}, nil)
+	tenantLabels    = []string{"pool", "tenant", "team", "project", "env", "currency"}
+	tenantSpendDesc = prometheus.NewDesc(MetricTenantSpend,
+		"Cost of the GPU time a tenant's requests used in the current UTC month (tenant \"(idle)\": time with nothing in flight).", tenantLabels, nil)
+	tenantTokensDesc = prometheus.NewDesc(MetricTenantTokens,
+		"Tokens (prompt+completion) of a tenant's answers in the current UTC month.", tenantLabels, nil)
+	tenantPerMillionDesc = prometheus.NewDesc(MetricTenantPerMillion,
+		"A tenant's cost per million tokens in the current UTC month (usage basis).", tenantLabels, nil)
 	budgetDesc = prometheus.NewDesc(MetricBudgetExceeded,
 		"1 when the pool's monthly budget (calendar month, UTC) is spent.", []string{"pool"}, nil)
 )
@@ -84,7 +97,7 @@ func NewCollector(l *Ledger, opts CollectorOptions) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{nodeCostDesc, nodeSpotDesc, spendDesc, savingsDesc, idleDesc, perMillionDesc,
-		runRateDesc, priceDesc, budgetDesc} {
+		runRateDesc, priceDesc, budgetDesc, tenantSpendDesc, tenantTokensDesc, tenantPerMillionDesc} {
 		ch <- d
 	}
 }
@@ -123,6 +136,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- c.metric(perMillionDesc, prometheus.GaugeValue, m.PerMillionAllocation, r.Pool, m.Model, "allocation", r.Currency)
 			ch <- c.metric(perMillionDesc, prometheus.GaugeValue, m.PerMillionUsage, r.Pool, m.Model, "usage", r.Currency)
+		}
+	}
+	// Rows of one tenant with several label sets stay apart (their labels
+	// differ); the same labels in two rows cannot happen (one row per key).
+	for _, r := range c.l.TenantCosts(Window{month.From, now}, now) {
+		lv := []string{r.Pool, r.Tenant, r.Labels["team"], r.Labels["project"], r.Labels["env"], r.Currency}
+		ch <- c.metric(tenantSpendDesc, prometheus.GaugeValue, r.Cost.Float(), lv...)
+		if r.Tenant == IdleGroup || r.Tenant == UnattributedGroup {
+			continue
+		}
+		tok := r.PromptTokens + r.CompletionTokens
+		ch <- c.metric(tenantTokensDesc, prometheus.GaugeValue, tok, append([]string(nil), lv...)...)
+		if tok > 0 {
+			ch <- c.metric(tenantPerMillionDesc, prometheus.GaugeValue, r.Cost.Float()*1e6/tok, append([]string(nil), lv...)...)
 		}
 	}
 	if c.budgets == nil {

@@ -69,6 +69,10 @@ tidegpu_cost_savings_total{currency="USD",pool="chat"} 1.192
 # HELP tidegpu_cost_spend_total Effective cost (spend) of the pool since the ledger began, in currency units.
 # TYPE tidegpu_cost_spend_total counter
 tidegpu_cost_spend_total{currency="USD",pool="chat"} 0.82
+# HELP tidegpu_cost_tenant_spend Cost of the GPU time a tenant's requests used in the current UTC month (tenant "(idle)": time with nothing in flight).
+# TYPE tidegpu_cost_tenant_spend gauge
+tidegpu_cost_tenant_spend{currency="USD",env="",pool="chat",project="",team="",tenant="(idle)"} 0.615
+tidegpu_cost_tenant_spend{currency="USD",env="",pool="chat",project="",team="",tenant="(unattributed)"} 0.205
 # HELP tidegpu_price_per_hour Price per hour in force for a running instance, with where it came from (catalog, live, override, fallback).
 # TYPE tidegpu_price_per_hour gauge
 tidegpu_price_per_hour{capacity_type="spot",currency="USD",instance="i-1",instance_type="g5.xlarge",pool="chat",price_source="live",provider="aws",region="us-east-1",zone="us-east-1a"} 0.41

@@ -75,6 +75,7 @@ func (l *Ledger) compactLocked(now time.Time) {
 			continue
 		}
 		l.fold(lt, n, old)
+		l.foldTenants(lt, n, old)
 		l.retiredIDs[id] = lt.end
 		delete(l.inst, id)
 	}
@@ -99,6 +100,16 @@ func (l *Ledger) compactLocked(now time.Time) {
 		}
 		if len(hours) == 0 {
 			delete(l.models, k)
+		}
+	}
+	for k, hours := range l.tenantAggs {
+		for h := range hours {
+			if h < old {
+				delete(hours, h)
+			}
+		}
+		if len(hours) == 0 {
+			delete(l.tenantAggs, k)
 		}
 	}
 	for id, end := range l.retiredIDs {

@@ -90,6 +90,7 @@ type Ledger struct {
 	retired    map[poolCur]*retiredVal
 	retiredIDs map[string]int64 // compacted instance IDs -> end (unix ns)
 	zero       map[string][]zeroStretch
+	tenantAggs map[tenantAggKey]map[int64]*tenantAggVal
 	restoredAt int64 // events before this are in the restored snapshot
 }
 
@@ -116,6 +117,7 @@ func (l *Ledger) reset() {
 	l.retired = map[poolCur]*retiredVal{}
 	l.retiredIDs = map[string]int64{}
 	l.zero = map[string][]zeroStretch{}
+	l.tenantAggs = map[tenantAggKey]map[int64]*tenantAggVal{}
 	l.restoredAt = 0
 }
 

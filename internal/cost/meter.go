@@ -31,6 +31,8 @@ type Meter struct {
 	tokens     map[tokKey]tokCount
 	tokTotals  map[string]tokCount // last cumulative counts per model
 	tokThrough int64               // token events before this are in a restored snapshot
+
+	tenants map[tenKey]*tenUse // per tenant, labels and hour (tenant.go); nil until the first use
 }
 
 type bucketKey struct {

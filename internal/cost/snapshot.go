@@ -25,6 +25,7 @@ type snapshotV1 struct {
 	Retired    []snapRetired   `json:"retired,omitempty"`
 	RetiredIDs []snapRetiredID `json:"retiredIds,omitempty"`
 	Zero       []snapZero      `json:"zero,omitempty"`
+	Tenants    []snapTenantAgg `json:"tenants,omitempty"`
 }
 
 type snapInstance struct {
@@ -39,6 +40,7 @@ type snapInstance struct {
 	BusyTotal   *int64           `json:"busyTotal,omitempty"`
 	Tokens      []snapTokens     `json:"tokens,omitempty"`
 	TokenTotals []snapTokenTotal `json:"tokenTotals,omitempty"`
+	TenantUse   []snapTenantUse  `json:"tenantUse,omitempty"`
 }
 
 type snapSegment struct {
@@ -147,6 +149,7 @@ func (l *Ledger) Snapshot() ([]byte, error) {
 	}
 	sort.Slice(s.RetiredIDs, func(i, j int) bool { return s.RetiredIDs[i].ID < s.RetiredIDs[j].ID })
 	s.Zero = l.snapshotZeroLocked()
+	s.Tenants = l.snapshotTenantsLocked()
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("cost ledger snapshot: %w", err)
@@ -214,6 +217,7 @@ func (lt *lifetime) snapshot(now int64) snapInstance {
 		si.TokenTotals = append(si.TokenTotals, snapTokenTotal{Model: model, Prompt: c.prompt, Completion: c.completion})
 	}
 	sort.Slice(si.TokenTotals, func(i, j int) bool { return si.TokenTotals[i].Model < si.TokenTotals[j].Model })
+	si.TenantUse = m.snapshotTenantsLocked()
 	return si
 }
 
@@ -284,6 +288,7 @@ func (l *Ledger) Restore(data []byte) error {
 	l.mu.Lock()
 	l.inst, l.aggs, l.models, l.retired, l.retiredIDs, l.restoredAt = nl.inst, nl.aggs, nl.models, nl.retired, nl.retiredIDs, nl.restoredAt
 	l.zero = nl.zero
+	l.tenantAggs = nl.tenantAggs
 	l.mu.Unlock()
 	return nil
 }
@@ -362,6 +367,11 @@ func (l *Ledger) load(s *snapshotV1) error {
 	}
 	if err := l.loadZero(s.Zero); err != nil {
 		return err
+	}
+	for i, t := range s.Tenants {
+		if err := l.loadTenantAgg(t); err != nil {
+			return fmt.Errorf("tenant aggregate %d: %w", i, err)
+		}
 	}
 	for _, r := range s.RetiredIDs {
 		if err := checkName("retired instance ID", r.ID, true); err != nil {
@@ -490,6 +500,9 @@ func loadInstance(si *snapInstance, taken int64) (*lifetime, error) {
 			return nil, fmt.Errorf("token totals of %q appear twice", t.Model)
 		}
 		m.tokTotals[t.Model] = tokCount{t.Prompt, t.Completion}
+	}
+	if err := m.loadTenants(si.TenantUse); err != nil {
+		return nil, err
 	}
 	m.tokThrough = taken
 	return lt, nil

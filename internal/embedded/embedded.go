@@ -20,11 +20,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/utils/clock"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/admin"
 	"github.com/tidegpu/tidegpu/internal/admin/guard"
 	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/costreport"
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
@@ -57,6 +59,9 @@ type Options struct {
 	Gateway gateway.Tuning
 	// Alerts are the webhooks budget alerts go to (package notify).
 	Alerts []notify.Sink
+	// CostReport is the schedule of the cost report per tenant to the
+	// Alerts' webhooks (package costreport).
+	CostReport costreport.Schedule
 	// KongSecrets is the Kong admin token and TLS material for pools that
 	// use Kong (from files given on the command line).
 	KongSecrets kongreg.Secrets
@@ -176,8 +181,11 @@ func Run(ctx context.Context, o Options) error {
 	defer gw.Close()
 
 	var gwHandler http.Handler = tokens
+	// The keys' monthly budgets are held against the tenants' spend in
+	// the ledger (opened below, before the gateway serves).
+	spend := &costreport.SpendCache{}
 	if o.Keys != nil {
-		if gwHandler, err = tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg}); err != nil {
+		if gwHandler, err = tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg, Spend: spend}); err != nil {
 			return fmt.Errorf("--keys-file: %w", err)
 		}
 	}
@@ -242,7 +250,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	if len(o.Alerts) > 0 {
-		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger})
+		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger,
+			Reasons: []string{notify.DefaultReason, costreport.ReasonTenantAlert, costreport.ReasonReport}})
 		if err != nil {
 			stopEngine()
 			_ = prov.Close(context.Background())
@@ -328,6 +337,19 @@ func Run(ctx context.Context, o Options) error {
 	tokens.Sink = func(id, model string, prompt, completion int64) {
 		ledger.AddTokens(id, model, prompt, completion, time.Now())
 	}
+	tokens.Use = func(id, _ string, u cost.Use) { ledger.AddUse(id, u) }
+	spend.Ledger = ledger
+	emit := func(reason, msg string) {
+		typ := events.TypeNormal
+		if reason == costreport.ReasonTenantAlert {
+			typ = events.TypeWarning
+		}
+		rec.Eventf(typ, reason, "", "", "%s", msg)
+	}
+	if o.Keys != nil && len(o.Keys.Budgets()) > 0 {
+		go costreport.WatchBudgets(engineCtx, clock.RealClock{}, time.Second, o.Keys.Budgets, ledger, emit)
+	}
+	go costreport.Run(engineCtx, clock.RealClock{}, o.CostReport, ledger, emit)
 	gwSrv := o.Gateway.Server(gwHandler)
 	adminSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: admin.NewHandler(admin.Options{
 		Pools: mgr, Events: rec, Backends: gw, Gatherer: reg, Token: o.AdminToken, Ledger: ledger,

@@ -239,6 +239,15 @@ func WithUsageHook(ctx context.Context, fn UsageFunc) context.Context {
 	return context.WithValue(ctx, usageHookKey{}, fn)
 }
 
+// UsageHook returns the hook ctx carries (WithUsageHook), or nil: a
+// handler that sets its own hook calls the one it found too, so that the
+// handlers in front of the gateway (the tenant middleware, the usage
+// recorder) all learn a stream's usage.
+func UsageHook(ctx context.Context) UsageFunc {
+	hook, _ := ctx.Value(usageHookKey{}).(UsageFunc)
+	return hook
+}
+
 // withUsageHook returns report, followed by the hook ctx carries, if any.
 func withUsageHook(ctx context.Context, report UsageFunc) UsageFunc {
 	hook, _ := ctx.Value(usageHookKey{}).(UsageFunc)

@@ -69,6 +69,10 @@ type Options struct {
 // DefaultReason is the event reason notifiers deliver by default.
 const DefaultReason = "BudgetAlert"
 
+// ReasonCostReport is the scheduled cost report's event reason (package
+// costreport), delivered as type "tidegpu.report".
+const ReasonCostReport = "CostReport"
+
 // Notifier delivers events to its sinks.
 type Notifier struct {
 	o       Options
@@ -137,7 +141,7 @@ func (n *Notifier) Run(ctx context.Context, ch <-chan events.Event) {
 type Body struct {
 	Type    string    `json:"type"`
 	Reason  string    `json:"reason"`
-	Pool    string    `json:"pool"`
+	Pool    string    `json:"pool,omitempty"`
 	Message string    `json:"message"`
 	Time    time.Time `json:"time"`
 }
@@ -145,12 +149,20 @@ type Body struct {
 // Payload renders e for a sink's format. Pure.
 func Payload(format string, e events.Event) []byte {
 	var v any
+	// Tenants' budget alerts and cost reports are about no one pool.
+	subject, icon, typ := "", ":warning:", "tidegpu.alert"
+	if e.Pool != "" {
+		subject = " for pool " + e.Pool
+	}
+	if e.Reason == ReasonCostReport {
+		icon, typ = ":bar_chart:", "tidegpu.report"
+	}
 	if format == FormatSlack {
 		v = struct {
 			Text string `json:"text"`
-		}{fmt.Sprintf(":warning: TideGPU %s for pool %s: %s", e.Reason, e.Pool, e.Message)}
+		}{fmt.Sprintf("%s TideGPU %s%s: %s", icon, e.Reason, subject, e.Message)}
 	} else {
-		v = Body{Type: "tidegpu.alert", Reason: e.Reason, Pool: e.Pool, Message: e.Message, Time: e.Time.UTC()}
+		v = Body{Type: typ, Reason: e.Reason, Pool: e.Pool, Message: e.Message, Time: e.Time.UTC()}
 	}
 	b, _ := json.Marshal(v)
 	return b

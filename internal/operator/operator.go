@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -36,6 +37,7 @@ import (
 	"github.com/tidegpu/tidegpu/internal/controller/aibalancer"
 	"github.com/tidegpu/tidegpu/internal/controller/tidepool"
 	"github.com/tidegpu/tidegpu/internal/cost"
+	"github.com/tidegpu/tidegpu/internal/costreport"
 	"github.com/tidegpu/tidegpu/internal/dashboard"
 	"github.com/tidegpu/tidegpu/internal/engine"
 	"github.com/tidegpu/tidegpu/internal/events"
@@ -96,6 +98,9 @@ type Options struct {
 	GatewayMetrics []string
 	// Alerts are the webhooks budget alerts go to (package notify).
 	Alerts []notify.Sink
+	// CostReport is the schedule of the cost report per tenant to the
+	// Alerts' webhooks (package costreport), sent by the leader.
+	CostReport costreport.Schedule
 	// DCGMURL is NVIDIA dcgm-exporter's metrics URL template (see
 	// metrics.DCGMOptions.URL): GPU utilisation for AIBalancers and for the
 	// pools' autoscalers (gpu-utilization). Empty: none.
@@ -134,7 +139,8 @@ func Run(ctx context.Context, o Options) error {
 	rec := events.NewRecorder(5000, nil, o.Logger)
 	if len(o.Alerts) > 0 {
 		// Budget alerts come from the leader's engines: followers record none.
-		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger})
+		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger,
+			Reasons: []string{notify.DefaultReason, costreport.ReasonReport}})
 		if err != nil {
 			return err
 		}
@@ -153,6 +159,19 @@ func Run(ctx context.Context, o Options) error {
 	ingest.Gate(ledgerReady.Load)
 	if err := ingest.Register(crmetrics.Registry); err != nil {
 		return fmt.Errorf("usage ingest metrics: %w", err)
+	}
+	if o.CostReport != costreport.Off && o.CostReport != "" {
+		// The leader keeps the ledger (the replicas' usage, with their
+		// tenants, reaches it): it alone reports.
+		go func() {
+			select {
+			case <-mgr.Elected():
+				costreport.Run(ctx, clock.RealClock{}, o.CostReport, ledger, func(reason, msg string) {
+					rec.Eventf(events.TypeNormal, reason, "", "", "%s", msg)
+				})
+			case <-ctx.Done():
+			}
+		}()
 	}
 	if o.LedgerNamespace == "" {
 		go func() {

@@ -36,7 +36,7 @@ import (
 //	      requestsPerMinute: 600    # 0 or absent: no limit
 //	      tokensPerMinute: 100000
 //	      concurrent: 8
-//	      monthlyBudget: "250.00"   # USD; parsed and validated, not enforced yet
+//	      monthlyBudget: "250.00"   # USD a month for the tenant (Options.Spend)
 //
 // forwardKey: true (top level) keeps the key headers on the requests to the
 // backends (for backends that check keys themselves); by default they are
@@ -63,7 +63,8 @@ type Limits struct {
 	TokensPerMinute   int64 `json:"tokensPerMinute,omitempty"`
 	Concurrent        int64 `json:"concurrent,omitempty"`
 	// MonthlyBudget is in US dollars, a decimal string ("250", "99.50").
-	// It is validated but not enforced yet.
+	// The middleware refuses the key's requests (429 budget_exceeded) once
+	// its tenant's spend this month reaches it, when given Options.Spend.
 	MonthlyBudget string `json:"monthlyBudget,omitempty"`
 }
 

@@ -38,6 +38,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Spend, if non-nil, is consulted for keys with a monthlyBudget: a
+	// tenant whose spend this month reached it gets 429 (spend.go).
+	Spend Spend
 }
 
 // Middleware authenticates each request to next by its API key
@@ -131,6 +134,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	now := m.opts.Now()
+	if m.refuseOverBudget(w, openAI, k, now) {
+		return
+	}
 	d := m.lim.Admit(k, req.estimate, now)
 	setRateHeaders(w.Header(), d)
 	if !d.OK {
@@ -153,7 +159,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		prompt   int64
 		complete int64
 	)
-	ctx := gateway.WithUsageHook(r.Context(), func(_, _ string, p, c int64) {
+	ctx := gateway.WithUsageHook(WithInfo(r.Context(), Info{Tenant: k.Tenant, Labels: k.Labels}), func(_, _ string, p, c int64) {
 		mu.Lock()
 		hooked, hp, hc = true, p, c
 		mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Batch is what a gateway replica sends to the operator (POST
@@ -16,6 +17,22 @@ type Batch struct {
 	Seq     uint64       `json:"seq"`
 	Tokens  []TokenCount `json:"tokens,omitempty"`
 	Busy    []BusyPeriod `json:"busy,omitempty"`
+	// Uses carry the tenants of the tokens (the cost per tenant); an
+	// operator of an earlier release ignores them, and a replica of an
+	// earlier release sends none.
+	Uses []TenantUse `json:"uses,omitempty"`
+}
+
+// TenantUse is what one tenant's answers (with one set of key labels)
+// took of one backend: their tokens and their time in flight.
+type TenantUse struct {
+	Backend    string            `json:"backend"`
+	Tenant     string            `json:"tenant,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Prompt     int64             `json:"prompt"`
+	Completion int64             `json:"completion"`
+	// ReqNs is the answers' time in flight, summed (nanoseconds).
+	ReqNs int64 `json:"reqNs"`
 }
 
 // TokenCount is the tokens one backend served of one model.
@@ -67,8 +84,21 @@ func ParseBatch(b []byte) (Batch, error) {
 	if bt.Seq == 0 {
 		errs = append(errs, errors.New("seq: want a sequence number from 1"))
 	}
-	if len(bt.Tokens)+len(bt.Busy) > maxBatchEntries {
-		errs = append(errs, fmt.Errorf("tokens, busy: at most %d entries in all", maxBatchEntries))
+	if len(bt.Tokens)+len(bt.Busy)+len(bt.Uses) > maxBatchEntries {
+		errs = append(errs, fmt.Errorf("tokens, busy, uses: at most %d entries in all", maxBatchEntries))
+	}
+	for i, u := range bt.Uses {
+		if u.Backend == "" || len(u.Backend) > maxNameLen || len(u.Tenant) > maxNameLen || len(u.Labels) > 8 {
+			errs = append(errs, fmt.Errorf("uses[%d]: want a backend id and a tenant of at most %d bytes, at most 8 labels", i, maxNameLen))
+		}
+		for k, v := range u.Labels {
+			if k == "" || len(k) > 63 || len(v) > 63 || strings.ContainsAny(k+v, ",=\r\n") {
+				errs = append(errs, fmt.Errorf("uses[%d].labels: want names and values of 1-63 bytes without ',', '=' or line breaks", i))
+			}
+		}
+		if u.Prompt < 0 || u.Completion < 0 || u.ReqNs < 0 {
+			errs = append(errs, fmt.Errorf("uses[%d]: counts must not be negative", i))
+		}
 	}
 	for i, t := range bt.Tokens {
 		if t.Backend == "" || len(t.Backend) > maxNameLen || len(t.Model) > maxNameLen {

@@ -99,6 +99,14 @@ func (in *Ingest) Apply(b Batch) Ack {
 		}
 		m.AddTokens(t.Model, t.Prompt, t.Completion, now)
 	}
+	for _, u := range b.Uses {
+		// The answers' time in flight ends now, as their tokens count now.
+		use := cost.Use{Tenant: u.Tenant, Labels: u.Labels, Prompt: u.Prompt, Completion: u.Completion, End: now}
+		if u.ReqNs > 0 {
+			use.Start = now.Add(-time.Duration(u.ReqNs))
+		}
+		in.ledger.AddUse(u.Backend, use)
+	}
 	for _, p := range b.Busy {
 		in.ledger.AddBusy(p.Backend, time.Unix(0, p.From), time.Unix(0, p.To))
 	}

@@ -15,9 +15,12 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/tidegpu/tidegpu/internal/cost"
 	"github.com/tidegpu/tidegpu/internal/gateway"
+	"github.com/tidegpu/tidegpu/internal/tenant"
 )
 
 // tailSize is how much of each answer is kept to read its token counts:
@@ -28,39 +31,81 @@ const tailSize = 4096
 // Sink receives the tokens of one answer served by a backend.
 type Sink func(backendID, model string, prompt, completion int64)
 
+// UseSink receives one answer's use of a backend by a tenant: its tokens
+// and its time in flight (cost.Use), for the cost per tenant.
+type UseSink func(backendID, model string, u cost.Use)
+
 // Recorder wraps the gateway and, after each answer, gives Sink the tokens
 // it carried (Ollama prompt_eval_count/eval_count, OpenAI chat and
 // completions usage, Responses usage, embeddings' prompt tokens) for the
-// backend that served it (X-Tidegpu-Backend). The usage of OpenAI streams
+// backend that served it (X-Tidegpu-Backend), and Use the same with the
+// request's tenant (tenant.InfoFrom: the tenant middleware in front puts it
+// on the context) and its time in flight. The usage of OpenAI streams
 // whose client did not ask for it never reaches the client, so never the
-// tail: the gateway hands it to StreamUsage (gateway.Options.OnUsage)
-// instead. Each answer's tokens reach Sink once.
+// tail: the gateway hands it to the hook the Recorder puts on the request's
+// context (gateway.WithUsageHook, chained to any hook already there).
+// Each answer's tokens reach Sink once.
 type Recorder struct {
 	// Next is the gateway; set before the first request.
 	Next http.Handler
 	// Sink gets the counts; set before the first request.
 	Sink Sink
+	// Use, if non-nil, gets each answer's use with its tenant.
+	Use UseSink
+	// Now is the clock of the requests' time in flight (nil: time.Now).
+	Now func() time.Time
 }
 
-// StreamUsage records the usage chunk the gateway removed from a stream;
-// it is the gateway's Options.OnUsage.
-func (u *Recorder) StreamUsage(backendID, model string, prompt, completion int64) {
-	u.Sink(backendID, model, prompt, completion)
+// StreamUsage is the gateway's Options.OnUsage: setting it makes the
+// gateway ask streams for their usage. It records nothing itself: the
+// Recorder takes each stream's usage from the hook on its request's
+// context, where the request's tenant is known.
+func (u *Recorder) StreamUsage(backendID, model string, prompt, completion int64) {}
+
+func (u *Recorder) now() time.Time {
+	if u.Now != nil {
+		return u.Now()
+	}
+	return time.Now()
 }
 
 func (u *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := u.now()
 	tw := &tailWriter{ResponseWriter: w}
 	var head *headReader
 	if r.Body != nil && r.Body != http.NoBody {
 		head = &headReader{ReadCloser: r.Body}
 		r.Body = head
 	}
-	u.Next.ServeHTTP(tw, r)
-	id := w.Header().Get(gateway.BackendHeader)
-	if id == "" || tw.status >= 300 {
-		return
-	}
-	if model, prompt, completion, ok := ParseUsage(tw.tail()); ok {
+	var (
+		mu                 sync.Mutex
+		hooked             bool
+		hBackend, hModel   string
+		hPrompt, hComplete int64
+	)
+	outer := gateway.UsageHook(r.Context())
+	ctx := gateway.WithUsageHook(r.Context(), func(backendID, model string, prompt, completion int64) {
+		mu.Lock()
+		hooked, hBackend, hModel, hPrompt, hComplete = true, backendID, model, prompt, completion
+		mu.Unlock()
+		if outer != nil {
+			outer(backendID, model, prompt, completion)
+		}
+	})
+	u.Next.ServeHTTP(tw, r.WithContext(ctx))
+	end := u.now()
+	mu.Lock()
+	got, id, model, prompt, completion := hooked, hBackend, hModel, hPrompt, hComplete
+	mu.Unlock()
+	if !got {
+		id = w.Header().Get(gateway.BackendHeader)
+		if id == "" || tw.status >= 300 {
+			return
+		}
+		model, prompt, completion, got = ParseUsage(tw.tail())
+		if !got {
+			return
+		}
 		if model == "" && head != nil {
 			// A long answer (embeddings) names its model only at its
 			// start: take the request's.
@@ -68,7 +113,11 @@ func (u *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				model = string(m[1])
 			}
 		}
-		u.Sink(id, model, prompt, completion)
+	}
+	u.Sink(id, model, prompt, completion)
+	if u.Use != nil {
+		info, _ := tenant.InfoFrom(r.Context())
+		u.Use(id, model, cost.Use{Tenant: info.Tenant, Labels: info.Labels, Prompt: prompt, Completion: completion, Start: start, End: end})
 	}
 }
 

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidegpu/tidegpu/internal/cost"
 )
 
 // Path is where the operator's admin API takes batches.
@@ -70,6 +72,7 @@ type Reporter struct {
 
 	mu     sync.Mutex
 	tokens map[tokenKey]*TokenCount // gathered, not yet in a batch
+	uses   map[useKey]*TenantUse    // gathered, not yet in a batch
 	busy   []BusyPeriod
 	open   map[string]int64 // backends busy now: since when (unix ns), not yet in a batch
 	seq    uint64           // of the last batch made
@@ -78,6 +81,8 @@ type Reporter struct {
 }
 
 type tokenKey struct{ backend, model string }
+
+type useKey struct{ backend, tenant, labels string }
 
 // NewReporter checks o and returns a Reporter; Run sends.
 func NewReporter(o ReporterOptions) (*Reporter, error) {
@@ -98,7 +103,7 @@ func NewReporter(o ReporterOptions) (*Reporter, error) {
 		url: u.Scheme + "://" + u.Host + Path, token: o.Token,
 		replica:  name + "-" + hex.EncodeToString(rnd[:]),
 		interval: o.Interval, client: o.Client, log: o.Logger,
-		tokens: map[tokenKey]*TokenCount{}, open: map[string]int64{},
+		tokens: map[tokenKey]*TokenCount{}, uses: map[useKey]*TenantUse{}, open: map[string]int64{},
 	}
 	if r.interval <= 0 {
 		r.interval = DefaultReportInterval
@@ -143,6 +148,33 @@ func (r *Reporter) Add(backend, model string, prompt, completion int64) {
 	t.Prompt += max(prompt, 0)
 	t.Completion += max(completion, 0)
 	r.mu.Unlock()
+}
+
+// AddUse gathers one answer's use by a tenant; it is a UseSink.
+func (r *Reporter) AddUse(backend, _ string, u cost.Use) {
+	if u.Prompt < 0 || u.Completion < 0 {
+		return
+	}
+	var reqNs int64
+	if !u.Start.IsZero() && u.End.After(u.Start) {
+		reqNs = u.End.Sub(u.Start).Nanoseconds()
+	}
+	r.mu.Lock()
+	k := useKey{backend, u.Tenant, labelsKey(u.Labels)}
+	t := r.uses[k]
+	if t == nil {
+		t = &TenantUse{Backend: backend, Tenant: u.Tenant, Labels: u.Labels}
+		r.uses[k] = t
+	}
+	t.Prompt += u.Prompt
+	t.Completion += u.Completion
+	t.ReqNs += reqNs
+	r.mu.Unlock()
+}
+
+func labelsKey(l map[string]string) string {
+	b, _ := json.Marshal(l) // sorted keys
+	return string(b)
 }
 
 // BusyStart records that backend turned busy at at (SampleBusy's start).
@@ -191,7 +223,7 @@ func (r *Reporter) Unacked() int64 {
 
 // pendingLocked reports whether anything waits to be sent.
 func (r *Reporter) pendingLocked() bool {
-	return r.sent != nil || len(r.tokens) > 0 || len(r.busy) > 0
+	return r.sent != nil || len(r.tokens) > 0 || len(r.busy) > 0 || len(r.uses) > 0
 }
 
 // batchLocked returns the batch to send: the unacknowledged one, else a
@@ -208,7 +240,7 @@ func (r *Reporter) batchLocked(now time.Time) *Batch {
 			r.open[id] = t
 		}
 	}
-	if len(r.tokens) == 0 && len(r.busy) == 0 {
+	if len(r.tokens) == 0 && len(r.busy) == 0 && len(r.uses) == 0 {
 		return nil
 	}
 	r.seq++
@@ -216,7 +248,10 @@ func (r *Reporter) batchLocked(now time.Time) *Batch {
 	for _, tc := range r.tokens {
 		b.Tokens = append(b.Tokens, *tc)
 	}
-	r.tokens, r.busy = map[tokenKey]*TokenCount{}, nil
+	for _, u := range r.uses {
+		b.Uses = append(b.Uses, *u)
+	}
+	r.tokens, r.busy, r.uses = map[tokenKey]*TokenCount{}, nil, map[useKey]*TenantUse{}
 	r.sent = b
 	return b
 }
