@@ -398,3 +398,54 @@ func TestPrefillModel(t *testing.T) {
 		t.Fatalf("after a longer wait, slotTime %v, want about %v", gotSlot, slot+0.030)
 	}
 }
+
+// TestPickPromptLearntSpill: the same state picked by the default (the load
+// bound) and by LearntSpill once its model has learnt the times. The
+// prompt's holder has one request ahead, within the bound; the other
+// backend holds nothing, but 10 blocks of prefill (30 ms) cost less than a
+// 60 ms wait.
+func TestPickPromptLearntSpill(t *testing.T) {
+	hashes := make([]uint64, 10)
+	for i := range hashes {
+		hashes[i] = uint64(100 + i)
+	}
+	state := func() []*Upstream {
+		a, b := newUpstream("a", "p", "a:1", 100, true), newUpstream("b", "p", "b:1", 100, true)
+		for _, u := range []*Upstream{a, b} {
+			u.concBits.Store(math.Float64bits(8))
+		}
+		a.blocks.record(hashes, 100)
+		a.inflight.Store(8) // one ahead: load 3
+		b.inflight.Store(4) // half full: load 1.5
+		return []*Upstream{a, b}
+	}
+	train := func(p *PrefixAware) {
+		for i := range prefillMinSamples {
+			x := []int{2, 40}[i%2]
+			p.observe(prefixPick{uncached: x, ok: true}, time.Duration(20+3*x)*time.Millisecond)
+		}
+		for range slotMinSamples {
+			p.observe(prefixPick{uncached: 2, ahead: 1, ok: true}, (20+6+60)*time.Millisecond)
+		}
+	}
+	def := &PrefixAware{}
+	train(def)
+	if _, _, ok := def.Learnt(); ok {
+		t.Fatal("the default policy learns (LearntSpill off)")
+	}
+	if u, pick := def.pickPrompt(state(), hashes); u.id != "a" || pick.uncached != 0 || pick.ahead != 1 {
+		t.Fatalf("default picked %s (%+v), want the holder a within its bound", u.id, pick)
+	}
+	learnt := &PrefixAware{LearntSpill: true}
+	if u, _ := learnt.pickPrompt(state(), hashes); u.id != "a" {
+		t.Fatalf("untrained learnt policy picked %s, want the bound's a", u.id)
+	}
+	train(learnt)
+	block, slot, ok := learnt.Learnt()
+	if !ok || (block-3*time.Millisecond).Abs() > 10*time.Microsecond || (slot-60*time.Millisecond).Abs() > time.Millisecond {
+		t.Fatalf("learnt %v, %v, %v; want 3ms, 60ms", block, slot, ok)
+	}
+	if u, pick := learnt.pickPrompt(state(), hashes); u.id != "b" || pick.uncached != 10 || pick.ahead != 0 {
+		t.Fatalf("learnt policy picked %s (%+v), want b: 30 ms of prefill beat a 60 ms wait", u.id, pick)
+	}
+}
