@@ -80,6 +80,9 @@ type Options struct {
 	// Keys, if non-nil, are the API keys the gateway requires (package
 	// tenant); nil serves every request without a key.
 	Keys *tenant.Keys
+	// KeysReload, if non-nil, re-reads Keys' file when it changes while
+	// running.
+	KeysReload *tenant.Reloader
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -177,8 +180,18 @@ func Run(ctx context.Context, o Options) error {
 
 	var gwHandler http.Handler = tokens
 	if o.Keys != nil {
-		if gwHandler, err = tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg}); err != nil {
+		mw, err := tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg})
+		if err != nil {
 			return fmt.Errorf("--keys-file: %w", err)
+		}
+		gwHandler = mw
+		if o.KeysReload != nil {
+			reg.MustRegister(o.KeysReload)
+			ticker := time.NewTicker(tenant.ReloadInterval)
+			defer ticker.Stop()
+			reloadCtx, stopReload := context.WithCancel(ctx)
+			defer stopReload()
+			go o.KeysReload.Run(reloadCtx, ticker.C, mw.SetKeys)
 		}
 	}
 
