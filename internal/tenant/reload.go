@@ -42,25 +42,26 @@ type Reloader struct {
 }
 
 // NewReloader returns a reloader of the keys file at path; flag names the
-// option that gave it, for the errors. reg, if non-nil, gets
-// tidegpu_gateway_keys_reloads_total.
-func NewReloader(flag, path string, logger *slog.Logger, reg prometheus.Registerer) (*Reloader, error) {
+// option that gave it, for the errors. Register it with a Prometheus
+// registry for tidegpu_gateway_keys_reloads_total.
+func NewReloader(flag, path string, logger *slog.Logger) *Reloader {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	r := &Reloader{flag: flag, path: path, logger: logger,
+	return &Reloader{flag: flag, path: path, logger: logger,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidegpu_gateway_keys_reloads_total",
 			Help: "Changes of the keys file read while running, by result: applied, or refused (it did not parse; the previous keys stay in force).",
 		}, []string{"result"}),
 	}
-	if reg != nil {
-		if err := reg.Register(r.reloads); err != nil {
-			return nil, fmt.Errorf("keys reload metrics: %w", err)
-		}
-	}
-	return r, nil
 }
+
+// Describe and Collect make the reloader a prometheus.Collector of
+// tidegpu_gateway_keys_reloads_total.
+func (r *Reloader) Describe(ch chan<- *prometheus.Desc) { r.reloads.Describe(ch) }
+
+// Collect: see Describe.
+func (r *Reloader) Collect(ch chan<- prometheus.Metric) { r.reloads.Collect(ch) }
 
 // Load reads and validates the file for the start: an error here stops the
 // start (there are no keys in force to fall back to).

@@ -112,10 +112,7 @@ func TestReloadSecretVolume(t *testing.T) {
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := newClock()
-	r, err := NewReloader("--keys-file", vol.file(), logger, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := NewReloader("--keys-file", vol.file(), logger)
 	ks, err := r.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -212,10 +209,7 @@ func TestReloaderCheck(t *testing.T) {
 	good1, good2 := keysYAML("a team-a"), keysYAML("a team-a", "b team-b")
 	write(good1)
 	var logs syncBuffer
-	r, err := NewReloader("--keys-file", path, slog.New(slog.NewTextHandler(&logs, nil)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := NewReloader("--keys-file", path, slog.New(slog.NewTextHandler(&logs, nil)))
 	if _, err := r.Load(); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +261,7 @@ func TestReloaderApplyError(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	r, _ := NewReloader("--keys-file", path, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	r := NewReloader("--keys-file", path, slog.New(slog.NewTextHandler(&logs, nil)))
 	if _, err := r.Load(); err != nil {
 		t.Fatal(err)
 	}
