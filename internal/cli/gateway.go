@@ -343,7 +343,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if msrc != nil {
 		gwOpts.Metrics = msrc
 	}
-	keys, err := loadKeys(o.keysFile)
+	keys, keysReload, err := loadKeys(o.keysFile, logger)
 	if err != nil {
 		return err
 	}
@@ -384,9 +384,16 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	defer stopBusy()
 	if keys != nil {
 		// API keys and their limits in front of everything else.
-		if handler, err = tenant.Middleware(handler, keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg}); err != nil {
+		mw, err := tenant.Middleware(handler, keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg})
+		if err != nil {
 			return fmt.Errorf("--keys-file: %w", err)
 		}
+		handler = mw
+		// The keys file is re-read when it changes (a Secret's update).
+		reg.MustRegister(keysReload)
+		ticker := time.NewTicker(tenant.ReloadInterval)
+		defer ticker.Stop()
+		go keysReload.Run(srcCtx, ticker.C, mw.SetKeys)
 	}
 	// No WriteTimeout: it would cut long generations (see package gateway).
 	srv := tuning.Server(handler)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,14 +13,20 @@ import (
 	"github.com/tidegpu/tidegpu/internal/tenant"
 )
 
-const keysFileUsage = "YAML file of API keys (SHA-256 digests, tenants, allowed models and pools, limits) the gateway requires; without it every request is served without a key"
+const keysFileUsage = "YAML file of API keys (SHA-256 digests, tenants, allowed models and pools, limits) the gateway requires, re-read when it changes; without it every request is served without a key"
 
-// loadKeys reads --keys-file; an empty path means no keys.
-func loadKeys(path string) (*tenant.Keys, error) {
+// loadKeys reads --keys-file, and returns the reloader that follows its
+// changes while running; an empty path means no keys.
+func loadKeys(path string, logger *slog.Logger) (*tenant.Keys, *tenant.Reloader, error) {
 	if path == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return tenant.LoadFile("--keys-file", path)
+	r := tenant.NewReloader("--keys-file", path, logger)
+	ks, err := r.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	return ks, r, nil
 }
 
 // NewKeysCommand returns `tidegpu keys`.

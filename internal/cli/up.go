@@ -92,7 +92,7 @@ cluster takes. Bad input is refused before anything starts.`,
 			if err != nil {
 				return err
 			}
-			keys, err := loadKeys(keysFile)
+			keys, keysReload, err := loadKeys(keysFile, logger)
 			if err != nil {
 				return err
 			}
@@ -109,7 +109,7 @@ cluster takes. Bad input is refused before anything starts.`,
 				AdminToken: token, InsecureAdmin: insecureAdmin, Policy: policy, KongSecrets: kongSecrets, Out: cmd.OutOrStdout(), Logger: logger,
 				MetricsFamily: fam, NoBackendMetrics: noMetrics, ActivatorQueue: activatorQueue, ActivatorWait: activatorWait, DCGMURL: dcgmURL,
 				Gateway: gwTuning,
-				Keys:    keys, Alerts: alertSinks, CostReport: report,
+				Keys:    keys, KeysReload: keysReload, Alerts: alertSinks, CostReport: report,
 			})
 		},
 	}

@@ -85,6 +85,9 @@ type Options struct {
 	// Keys, if non-nil, are the API keys the gateway requires (package
 	// tenant); nil serves every request without a key.
 	Keys *tenant.Keys
+	// KeysReload, if non-nil, re-reads Keys' file when it changes while
+	// running.
+	KeysReload *tenant.Reloader
 	// Out receives progress for people; nil discards it.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -185,8 +188,18 @@ func Run(ctx context.Context, o Options) error {
 	// the ledger (opened below, before the gateway serves).
 	spend := &costreport.SpendCache{}
 	if o.Keys != nil {
-		if gwHandler, err = tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg, Spend: spend}); err != nil {
+		mw, err := tenant.Middleware(tokens, o.Keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg, Spend: spend})
+		if err != nil {
 			return fmt.Errorf("--keys-file: %w", err)
+		}
+		gwHandler = mw
+		if o.KeysReload != nil {
+			reg.MustRegister(o.KeysReload)
+			ticker := time.NewTicker(tenant.ReloadInterval)
+			defer ticker.Stop()
+			reloadCtx, stopReload := context.WithCancel(ctx)
+			defer stopReload()
+			go o.KeysReload.Run(reloadCtx, ticker.C, mw.SetKeys)
 		}
 	}
 

@@ -1,6 +1,7 @@
 // Package tenant authenticates the gateway's clients by API key and holds
-// each key to its tenant's allowed models and pools and its limits
-// (requests per minute, tokens per minute, concurrent requests).
+// each key to its allowed models and pools and to its tenant's limits
+// (requests per minute, tokens per minute, concurrent requests), which all
+// the keys of a tenant share.
 //
 // Keys are configured as SHA-256 digests, never as plain keys: the file (a
 // mounted Secret in a cluster) holds nothing a reader could use, and a
@@ -32,11 +33,16 @@ import (
 //	    labels: {team: a, project: chat, env: prod}
 //	    models: [llama3]            # empty: every model
 //	    pools: [chat]               # empty: every pool
-//	    limits:
+//	    limits:                     # the tenant's, shared by all its keys
 //	      requestsPerMinute: 600    # 0 or absent: no limit
 //	      tokensPerMinute: 100000
 //	      concurrent: 8
 //	      monthlyBudget: "250.00"   # USD a month for the tenant (Options.Spend)
+//
+// Limits belong to the tenant, not to the entry: every key of a tenant draws
+// on one set of buckets. So the entries of one tenant that give limits must
+// give the same limits; the others (no limits field) share them. Two entries
+// of one tenant with different limits are refused, naming the second.
 //
 // forwardKey: true (top level) keeps the key headers on the requests to the
 // backends (for backends that check keys themselves); by default they are
@@ -57,7 +63,7 @@ type KeySpec struct {
 	Limits Limits            `json:"limits,omitempty"`
 }
 
-// Limits are a key's limits; zero means no limit.
+// Limits are a tenant's limits; zero means no limit.
 type Limits struct {
 	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
 	TokensPerMinute   int64 `json:"tokensPerMinute,omitempty"`
@@ -83,7 +89,8 @@ type Key struct {
 	Labels       map[string]string
 	Models       []string
 	Pools        []string
-	Limits       Limits
+	// Limits are the tenant's (the same for every key of the tenant).
+	Limits Limits
 	// Budget is MonthlyBudget as a number (nil: none).
 	Budget *big.Rat
 	digest [sha256.Size]byte
@@ -159,6 +166,11 @@ func Parse(b []byte) (*Keys, error) {
 	ks := &Keys{forwardKey: f.ForwardKey}
 	names := map[string]bool{}
 	digests := map[[sha256.Size]byte]string{}
+	type limitsFrom struct {
+		key   *Key
+		field string
+	}
+	tenants := map[string]limitsFrom{} // the first entry giving each tenant's limits
 	for i, s := range f.Keys {
 		field := fmt.Sprintf("keys[%d]", i)
 		if !reName.MatchString(s.Name) {
@@ -216,7 +228,52 @@ func Parse(b []byte) (*Keys, error) {
 			}
 			k.Budget, _ = new(big.Rat).SetString(l.MonthlyBudget)
 		}
+		if l != (Limits{}) {
+			t, ok := tenants[s.Tenant]
+			switch {
+			case !ok:
+				tenants[s.Tenant] = limitsFrom{k, field}
+			case !sameLimits(t.key.Limits, t.key.Budget, l, k.Budget):
+				return nil, fmt.Errorf("%s.limits: tenant %s already has the limits %s from %s; limits belong to the tenant (its keys share them): give every key of %s the same limits, or leave limits out on all but one",
+					field, s.Tenant, t.key.Limits, t.field, s.Tenant)
+			}
+		}
 		ks.keys = append(ks.keys, k)
 	}
+	// The entries without limits share their tenant's.
+	for _, k := range ks.keys {
+		if t, ok := tenants[k.Tenant]; ok {
+			k.Limits, k.Budget = t.key.Limits, t.key.Budget
+		}
+	}
 	return ks, nil
+}
+
+// sameLimits reports whether two entries give the same limits; budgets are
+// compared as numbers ("50" is "50.00").
+func sameLimits(a Limits, ab *big.Rat, b Limits, bb *big.Rat) bool {
+	if a.RequestsPerMinute != b.RequestsPerMinute || a.TokensPerMinute != b.TokensPerMinute || a.Concurrent != b.Concurrent {
+		return false
+	}
+	if ab == nil || bb == nil {
+		return ab == nil && bb == nil
+	}
+	return ab.Cmp(bb) == 0
+}
+
+// String writes the limits as the keys file does, for errors.
+func (l Limits) String() string {
+	var parts []string
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"requestsPerMinute", l.RequestsPerMinute}, {"tokensPerMinute", l.TokensPerMinute}, {"concurrent", l.Concurrent}} {
+		if v.n != 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", v.name, v.n))
+		}
+	}
+	if l.MonthlyBudget != "" {
+		parts = append(parts, fmt.Sprintf("monthlyBudget: %q", l.MonthlyBudget))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }

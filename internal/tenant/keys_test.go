@@ -71,6 +71,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("keys:\n- name: a\n  sha256: " + digestA + "\n  tenant: t\n  limits: {requestsPerMinute: 3}\n"))
 	f.Add([]byte("keys: [{name: a, sha256: x, tenant: t, labels: {team: q}}]"))
 	f.Add([]byte("{"))
+	f.Add([]byte("keys:\n- {name: a, sha256: " + digestA + ", tenant: t, limits: {concurrent: 2}}\n- {name: b, sha256: " + Hash("b") + ", tenant: t}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ks, err := Parse(b)
 		if err != nil {
@@ -82,10 +83,69 @@ func FuzzParse(f *testing.F) {
 		if ks.Len() == 0 {
 			t.Fatal("no error and no keys")
 		}
+		tenants := map[string]Limits{}
 		for _, k := range ks.keys {
 			if k.Name == "" || k.Tenant == "" || k.Limits.RequestsPerMinute < 0 {
 				t.Fatalf("invalid key accepted: %+v", k)
 			}
+			// The limits are the tenant's.
+			if l, ok := tenants[k.Tenant]; ok && !sameLimits(l, nil, k.Limits, nil) {
+				t.Fatalf("tenant %s: keys with limits %v and %v", k.Tenant, l, k.Limits)
+			}
+			tenants[k.Tenant] = k.Limits
 		}
 	})
+}
+
+// The limits belong to the tenant: the entries of one tenant that give
+// limits must give the same ones, and the others share them.
+func TestParseTenantLimits(t *testing.T) {
+	entry := func(name, tenant, limits string) string {
+		s := "- name: " + name + "\n  sha256: " + Hash(name) + "\n  tenant: " + tenant + "\n"
+		if limits != "" {
+			s += "  limits: " + limits + "\n"
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []string
+		wantErr string
+		want    map[string]Limits // key name → its (tenant's) limits
+	}{
+		{"the same limits twice", []string{entry("a", "t", "{requestsPerMinute: 10}"), entry("b", "t", "{requestsPerMinute: 10}")}, "",
+			map[string]Limits{"a": {RequestsPerMinute: 10}, "b": {RequestsPerMinute: 10}}},
+		{"given once, shared", []string{entry("a", "t", ""), entry("b", "t", "{tokensPerMinute: 50, concurrent: 2}"), entry("c", "t", "")}, "",
+			map[string]Limits{"a": {TokensPerMinute: 50, Concurrent: 2}, "c": {TokensPerMinute: 50, Concurrent: 2}}},
+		{"other tenants keep theirs", []string{entry("a", "t", "{requestsPerMinute: 10}"), entry("b", "u", "")}, "",
+			map[string]Limits{"a": {RequestsPerMinute: 10}, "b": {}}},
+		{"budgets compared as numbers", []string{entry("a", "t", `{monthlyBudget: "50"}`), entry("b", "t", `{monthlyBudget: "50.00"}`)}, "", nil},
+		{"different rates", []string{entry("a", "t", "{requestsPerMinute: 10}"), entry("b", "u", ""), entry("c", "t", "{requestsPerMinute: 20}")},
+			"keys[2] (c).limits: tenant t already has the limits {requestsPerMinute: 10} from keys[0] (a); limits belong to the tenant (its keys share them): give every key of t the same limits, or leave limits out on all but one", nil},
+		{"one limit more", []string{entry("a", "t", "{requestsPerMinute: 10}"), entry("b", "t", "{requestsPerMinute: 10, concurrent: 1}")},
+			"keys[1] (b).limits: tenant t already has the limits {requestsPerMinute: 10} from keys[0] (a)", nil},
+		{"different budgets", []string{entry("a", "t", `{monthlyBudget: "50"}`), entry("b", "t", `{monthlyBudget: "51"}`)},
+			`keys[1] (b).limits: tenant t already has the limits {monthlyBudget: "50"}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ks, err := Parse([]byte("keys:\n" + strings.Join(tc.entries, "")))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Parse error %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tc.want {
+				if k := ks.Lookup(name); k == nil || k.Limits != want {
+					t.Errorf("key %s: limits %+v, want %+v", name, k, want)
+				}
+			}
+			if ks.keys[0].Budget != nil && ks.keys[1].Budget.Cmp(ks.keys[0].Budget) != 0 {
+				t.Errorf("budgets %v and %v", ks.keys[0].Budget, ks.keys[1].Budget)
+			}
+		})
+	}
 }

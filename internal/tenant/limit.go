@@ -79,3 +79,17 @@ func (b *Bucket) until(want float64) time.Duration {
 	ms := (want - b.level) / float64(b.Limit) * float64(time.Minute/time.Millisecond)
 	return time.Duration(math.Ceil(ms-1e-6)) * time.Millisecond
 }
+
+// SetLimit changes the limit to n (> 0) at now, as a reload of the keys file
+// does, keeping what was used: the level is brought up to now at the old
+// rate, and what the old limit had used of its bucket is used of the new
+// one (10 used of 10, raised to 60: 50 left; 4 used of 10, lowered to 5: 1
+// left). A limit lowered below what was used leaves the bucket empty, not
+// in debt, unless it already was.
+func (b *Bucket) SetLimit(n int64, now time.Time) {
+	if !b.at.IsZero() {
+		b.refill(now)
+		b.level = math.Max(b.level+float64(n-b.Limit), math.Min(b.level, 0))
+	}
+	b.Limit = n
+}

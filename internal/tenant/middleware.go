@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,10 +46,11 @@ type Options struct {
 
 // Middleware authenticates each request to next by its API key
 // (Authorization: Bearer KEY or x-api-key: KEY), refuses models and pools
-// the key does not allow, and holds it to its limits; see the package
-// documentation. Refusals are answered in the API's own error shape: OpenAI's
-// on /v1 paths, Ollama's elsewhere.
-func Middleware(next http.Handler, keys *Keys, opts Options) (http.Handler, error) {
+// the key does not allow, and holds it to its tenant's limits; see the
+// package documentation. Refusals are answered in the API's own error shape:
+// OpenAI's on /v1 paths, Ollama's elsewhere. Handler.SetKeys replaces the
+// keys while it serves.
+func Middleware(next http.Handler, keys *Keys, opts Options) (*Handler, error) {
 	if keys == nil || keys.Len() == 0 {
 		return nil, errors.New("tenant: no keys")
 	}
@@ -58,8 +60,7 @@ func Middleware(next http.Handler, keys *Keys, opts Options) (http.Handler, erro
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	opts.ForwardKey = opts.ForwardKey || keys.forwardKey
-	m := &middleware{next: next, keys: keys, opts: opts, lim: NewLimiter(keys),
+	m := &Handler{next: next, opts: opts, lim: NewLimiter(keys),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidegpu_gateway_tenant_requests_total",
 			Help: "Requests by tenant (\"unauthenticated\" for a missing or unknown key) and status code.",
@@ -76,25 +77,43 @@ func Middleware(next http.Handler, keys *Keys, opts Options) (http.Handler, erro
 			}
 		}
 	}
+	m.keys.Store(keys)
 	return m, nil
 }
 
-type middleware struct {
+// Handler is the middleware.
+type Handler struct {
 	next     http.Handler
-	keys     *Keys
+	keys     atomic.Pointer[Keys]
+	setMu    sync.Mutex // orders SetKeys calls
 	opts     Options
 	lim      *Limiter
 	requests *prometheus.CounterVec
 	tokens   *prometheus.CounterVec
 }
 
+// SetKeys makes ks the keys from the next request on, as a reload of the
+// keys file does. Requests under way finish under the keys they started
+// with. The tenants that stay keep their limits' state (Limiter.Update).
+func (m *Handler) SetKeys(ks *Keys) error {
+	if ks == nil || ks.Len() == 0 {
+		return errors.New("tenant: no keys")
+	}
+	m.setMu.Lock()
+	defer m.setMu.Unlock()
+	m.lim.Update(ks, m.opts.Now())
+	m.keys.Store(ks)
+	return nil
+}
+
 // Unauthenticated is the tenant label of requests without a valid key.
 const Unauthenticated = "unauthenticated"
 
-func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (m *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	openAI := strings.HasPrefix(r.URL.Path, "/v1/")
+	keys := m.keys.Load()
 	presented, ok := presentedKey(r.Header)
-	if !m.opts.ForwardKey {
+	if !m.opts.ForwardKey && !keys.forwardKey {
 		r.Header.Del("Authorization")
 		r.Header.Del("X-Api-Key")
 	}
@@ -103,7 +122,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"no API key: send it as \"Authorization: Bearer KEY\" or \"x-api-key: KEY\"")
 		return
 	}
-	k := m.keys.Lookup(presented)
+	k := keys.Lookup(presented)
 	if k == nil {
 		m.refuse(w, openAI, Unauthenticated, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"invalid API key")
@@ -167,7 +186,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		// Runs on a panic too (http.ErrAbortHandler), so the slot is freed.
 		if !settled {
-			m.lim.Done(k, req.estimate, used, m.opts.Now())
+			m.lim.Done(d, req.estimate, used, m.opts.Now())
 		}
 	}()
 	m.next.ServeHTTP(tw, r.WithContext(ctx))
@@ -192,7 +211,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		used = 0 // nothing was generated
 	}
 	settled = true
-	m.lim.Done(k, req.estimate, used, m.opts.Now())
+	m.lim.Done(d, req.estimate, used, m.opts.Now())
 	m.requests.WithLabelValues(k.Tenant, strconv.Itoa(status)).Inc()
 }
 
@@ -215,7 +234,7 @@ func presentedKey(h http.Header) (string, bool) {
 // readBody reads up to MaxBodyBytes of r's body and puts it back, so the
 // gateway reads the same bytes. whole is false when the body was longer
 // (the rest is left unread, for the gateway to refuse as too large).
-func (m *middleware) readBody(r *http.Request) (body []byte, whole bool) {
+func (m *Handler) readBody(r *http.Request) (body []byte, whole bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
@@ -312,7 +331,7 @@ func setRateHeaders(h http.Header, d Decision) {
 // refuse answers a request the middleware does not pass on, in OpenAI's
 // error shape ({"error":{"message","type","code"}}) on /v1 paths and
 // Ollama's ({"error":"..."}) elsewhere.
-func (m *middleware) refuse(w http.ResponseWriter, openAI bool, tenant string, code int, typ, errCode, msg string) {
+func (m *Handler) refuse(w http.ResponseWriter, openAI bool, tenant string, code int, typ, errCode, msg string) {
 	b := gateway.ErrorBody(openAI, typ, errCode, msg)
 	if code == http.StatusUnauthorized && openAI {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tidegpu"`)

@@ -56,6 +56,33 @@ const testKeys = `keys:
 // simulator, as `tidegpu up` runs them.
 func stack(t *testing.T, clock *fakeClock) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
+	gw := simGateway(t)
+	src := strings.NewReplacer("%OPEN%", Hash("sk-open"), "%SMALL%", Hash("sk-small"), "%TOKENS%", Hash("sk-tokens")).Replace(testKeys)
+	ks, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _, reg := serve(t, gw, ks, clock)
+	return srv, reg
+}
+
+// serve is the middleware with ks in front of next.
+func serve(t *testing.T, next http.Handler, ks *Keys, clock *fakeClock) (*httptest.Server, *Handler, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	h, err := Middleware(next, ks, Options{Registerer: reg, Now: clock.now, ParseUsage: func([]byte) (string, int64, int64, bool) { return "", 0, 0, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, h, reg
+}
+
+// simGateway is a real gateway in front of a real simulator, with the
+// pools chat and other.
+func simGateway(t *testing.T) *gateway.Gateway {
+	t.Helper()
 	s := sim.New(sim.Config{TTFT: -1, TokenTime: -1})
 	backend := httptest.NewServer(s)
 	t.Cleanup(func() { backend.CloseClientConnections(); backend.Close(); s.Close() })
@@ -67,19 +94,7 @@ func stack(t *testing.T, clock *fakeClock) (*httptest.Server, *prometheus.Regist
 	addr := strings.TrimPrefix(backend.URL, "http://")
 	gw.SetBackends("chat", []gateway.Backend{{ID: "chat-0", Pool: "chat", Address: addr}})
 	gw.SetBackends("other", []gateway.Backend{{ID: "other-0", Pool: "other", Address: addr}})
-	src := strings.NewReplacer("%OPEN%", Hash("sk-open"), "%SMALL%", Hash("sk-small"), "%TOKENS%", Hash("sk-tokens")).Replace(testKeys)
-	ks, err := Parse([]byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	h, err := Middleware(gw, ks, Options{Registerer: reg, Now: clock.now, ParseUsage: func([]byte) (string, int64, int64, bool) { return "", 0, 0, false }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv, reg
+	return gw
 }
 
 func do(t *testing.T, srv *httptest.Server, path, body string, headers map[string]string) (*http.Response, string) {

@@ -82,7 +82,7 @@ func (ks *Keys) Budgets() map[string]*big.Rat {
 // refuseOverBudget answers 429 (code budget_exceeded, Retry-After until the
 // month rolls over) for a key whose tenant has spent its budget, and
 // reports whether it did.
-func (m *middleware) refuseOverBudget(w http.ResponseWriter, openAI bool, k *Key, now time.Time) bool {
+func (m *Handler) refuseOverBudget(w http.ResponseWriter, openAI bool, k *Key, now time.Time) bool {
 	if m.opts.Spend == nil || k.Budget == nil {
 		return false
 	}

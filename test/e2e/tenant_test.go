@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/tenant"
+	"github.com/tidegpu/tidegpu/test/testbin"
 )
 
 // Issue 16: `tidegpu up --keys-file` with two keys, one limited to 10
@@ -135,4 +137,156 @@ func randHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// Issue 16: `tidegpu gateway --keys-file` in front of a `tidegpu sim`, the
+// keys file laid out as a mounted Secret. A key added to the file is
+// accepted without a restart (the kubelet's ..data swap), a removed one gets
+// 401, and two keys of one tenant share its limit of 10 requests per
+// minute: 20 requests over both keys, 10 answered and 10 429 with
+// Retry-After.
+func TestGatewayKeysReloadAndTenantLimit(t *testing.T) {
+	key := func(name string) string { return "sk-" + name + "-" + randHex(t) }
+	a1, a2, b := key("a1"), key("a2"), key("b")
+	entry := func(name, k, tenantName, limits string) string {
+		s := "- name: " + name + "\n  sha256: " + tenant.Hash(k) + "\n  tenant: " + tenantName + "\n"
+		if limits != "" {
+			s += "  limits: " + limits + "\n"
+		}
+		return s
+	}
+	// The Secret volume: keys.yaml → ..data/keys.yaml, ..data → a
+	// timestamped directory the kubelet swaps.
+	dir := t.TempDir()
+	version := 0
+	writeKeys := func(entries ...string) {
+		t.Helper()
+		version++
+		ts := "..2026_12_02_05_00_0" + strconv.Itoa(version)
+		if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ts, "keys.yaml"), []byte("keys:\n"+strings.Join(entries, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		old, _ := os.Readlink(filepath.Join(dir, "..data"))
+		if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if old != "" {
+			_ = os.RemoveAll(filepath.Join(dir, old))
+		}
+	}
+	writeKeys(entry("a1", a1, "team-a", "{requestsPerMinute: 10}"), entry("a2", a2, "team-a", ""))
+	keysFile := filepath.Join(dir, "keys.yaml")
+	if err := os.Symlink(filepath.Join("..data", "keys.yaml"), keysFile); err != nil {
+		t.Fatal(err)
+	}
+
+	simAddr, gwAddr, admAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	testbin.Start(t, binary, "sim", "--addr", simAddr, "--ttft", "1ms", "--token-time", "1ms")
+	gw := testbin.Start(t, binary, "gateway", "--backend", "http://"+simAddr, "--addr", gwAddr, "--admin-addr", admAddr,
+		"--metrics", "none", "--keys-file", keysFile, "--log-level", "debug")
+	base := "http://" + gwAddr
+	const chat = `{"model":"qwen2:0.5b","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`
+	post := func(k string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(chat))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+k)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	// Up, and its backend eligible (a request with b, not yet a key,
+	// takes nothing from team-a's bucket).
+	eventually(t, 60*time.Second, "the gateway answers", func() bool {
+		resp := post(b)
+		return resp != nil && resp.StatusCode == http.StatusUnauthorized
+	})
+	eventually(t, 30*time.Second, "the sim backend is eligible", func() bool {
+		resp, err := http.Get("http://" + admAddr + "/api/v1/backends")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `"eligible":true`)
+	})
+
+	var ok, limited int
+	start := time.Now()
+	for i := range 20 {
+		k := a1
+		if i%2 == 1 {
+			k = a2
+		}
+		resp := post(k)
+		if resp == nil {
+			t.Fatalf("request %d: no answer", i)
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			limited++
+			if resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Ratelimit-Limit-Requests") != "10" {
+				t.Fatalf("request %d: 429 without Retry-After or the tenant's limit: %v", i, resp.Header)
+			}
+		default:
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	took := time.Since(start)
+	// The tenant's bucket refills one request every 6 s: at most one more
+	// per 6 s the 20 took can pass, and none when they took less.
+	if extra := int(took / (6 * time.Second)); ok < 10 || ok > 10+extra || ok+limited != 20 {
+		t.Fatalf("20 requests over two keys of one tenant in %s: %d answered, %d limited; want 10 and 10", took, ok, limited)
+	}
+	t.Logf("20 requests over two keys of team-a in %s: %d answered, %d got 429", took, ok, limited)
+
+	// b added: accepted without a restart.
+	writeKeys(entry("a1", a1, "team-a", "{requestsPerMinute: 10}"), entry("a2", a2, "team-a", ""), entry("b", b, "team-b", ""))
+	took = eventually(t, 30*time.Second, "the added key is accepted", func() bool {
+		resp := post(b)
+		return resp != nil && resp.StatusCode == http.StatusOK
+	})
+	t.Logf("added key accepted %s after the swap", took)
+	if resp := post(a1); resp == nil || resp.StatusCode != http.StatusTooManyRequests && time.Since(start) < 6*time.Second {
+		t.Fatalf("team-a after the reload: %v, want 429 (its bucket kept)", resp)
+	}
+
+	// a2 removed: 401.
+	writeKeys(entry("a1", a1, "team-a", "{requestsPerMinute: 10}"), entry("b", b, "team-b", ""))
+	took = eventually(t, 30*time.Second, "the removed key gets 401", func() bool {
+		resp := post(a2)
+		return resp != nil && resp.StatusCode == http.StatusUnauthorized
+	})
+	t.Logf("removed key refused %s after the swap", took)
+	if resp := post(b); resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("b after a2's removal: %v", resp)
+	}
+
+	resp, err := http.Get("http://" + admAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `tidegpu_gateway_keys_reloads_total{result="applied"} 2`) {
+		t.Errorf("/metrics lacks 2 applied reloads")
+	}
+	gw.Stop(syscall.SIGTERM)
+	for _, k := range []string{a1, a2, b} {
+		if out := gw.Out.String(); strings.Contains(out, k) || strings.Contains(out, tenant.Hash(k)) {
+			t.Errorf("the gateway's output shows a key or its digest")
+		}
+	}
 }
