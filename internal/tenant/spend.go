@@ -94,6 +94,6 @@ func (m *Handler) refuseOverBudget(w http.ResponseWriter, openAI bool, k *Key, n
 	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(c.RetryAfter/time.Second)), 10))
 	m.refuse(w, openAI, k.Tenant, http.StatusTooManyRequests, "insufficient_quota", "budget_exceeded",
 		fmt.Sprintf("the monthly budget of %s (%s USD) is spent for %s: requests resume when the month rolls over (UTC) or the budget is raised",
-			k.Tenant, k.Budget.FloatString(2), now.UTC().Format("2006-01")))
+			k.Tenant, k.Limits.MonthlyBudget, now.UTC().Format("2006-01")))
 	return true
 }

@@ -15,7 +15,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/cost"
@@ -77,48 +77,46 @@ func (u *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		head = &headReader{ReadCloser: r.Body}
 		r.Body = head
 	}
-	var (
-		mu                 sync.Mutex
-		hooked             bool
-		hBackend, hModel   string
-		hPrompt, hComplete int64
-	)
+	info, _ := tenant.InfoFrom(r.Context())
+	record := func(id, model string, prompt, completion int64) {
+		u.Sink(id, model, prompt, completion)
+		if u.Use != nil {
+			u.Use(id, model, cost.Use{Tenant: info.Tenant, Labels: info.Labels, Prompt: prompt, Completion: completion, Start: start, End: u.now()})
+		}
+	}
+	// A stream's usage is recorded as soon as the gateway finds it, as
+	// the gateway's OnUsage was (a client that reads the stream's end
+	// finds it counted).
+	var hooked atomic.Bool
 	outer := gateway.UsageHook(r.Context())
 	ctx := gateway.WithUsageHook(r.Context(), func(backendID, model string, prompt, completion int64) {
-		mu.Lock()
-		hooked, hBackend, hModel, hPrompt, hComplete = true, backendID, model, prompt, completion
-		mu.Unlock()
+		if hooked.CompareAndSwap(false, true) {
+			record(backendID, model, prompt, completion)
+		}
 		if outer != nil {
 			outer(backendID, model, prompt, completion)
 		}
 	})
 	u.Next.ServeHTTP(tw, r.WithContext(ctx))
-	end := u.now()
-	mu.Lock()
-	got, id, model, prompt, completion := hooked, hBackend, hModel, hPrompt, hComplete
-	mu.Unlock()
+	if hooked.Load() {
+		return
+	}
+	id := w.Header().Get(gateway.BackendHeader)
+	if id == "" || tw.status >= 300 {
+		return
+	}
+	model, prompt, completion, got := ParseUsage(tw.tail())
 	if !got {
-		id = w.Header().Get(gateway.BackendHeader)
-		if id == "" || tw.status >= 300 {
-			return
-		}
-		model, prompt, completion, got = ParseUsage(tw.tail())
-		if !got {
-			return
-		}
-		if model == "" && head != nil {
-			// A long answer (embeddings) names its model only at its
-			// start: take the request's.
-			if m := reModel.FindSubmatch(head.buf); m != nil {
-				model = string(m[1])
-			}
+		return
+	}
+	if model == "" && head != nil {
+		// A long answer (embeddings) names its model only at its
+		// start: take the request's.
+		if m := reModel.FindSubmatch(head.buf); m != nil {
+			model = string(m[1])
 		}
 	}
-	u.Sink(id, model, prompt, completion)
-	if u.Use != nil {
-		info, _ := tenant.InfoFrom(r.Context())
-		u.Use(id, model, cost.Use{Tenant: info.Tenant, Labels: info.Labels, Prompt: prompt, Completion: completion, Start: start, End: end})
-	}
+	record(id, model, prompt, completion)
 }
 
 // headReader passes a request body through and keeps its first tailSize
