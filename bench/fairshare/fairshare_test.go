@@ -145,7 +145,9 @@ func TestFairShare(t *testing.T) {
 			s := summarize(res, who, measured)
 			sums[who] = s
 			fmt.Fprintf(&table, "| %s | %s | %d | %d | %d | %d | %s | %s | %.1f |\n", r.name, who, s.n, s.ok, s.shed, s.errs, ms(s.p50), ms(s.p99), s.okPerSecond)
-			if s.errs > 0 {
+			if s.errs > 0 && r.cap > 0 {
+				// Without the cap the backends' own queues grow without
+				// bound and requests time out (1 min): the row shows it.
 				t.Errorf("%s: %s had %d failed requests (not 429)", r.name, who, s.errs)
 			}
 		}
