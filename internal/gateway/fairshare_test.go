@@ -160,8 +160,8 @@ func TestFairShareOrder(t *testing.T) {
 			[]string{"a1", "b1", "c1", "a2", "b2"}, []string{"a0", "c1", "b1", "b2", "a1", "a2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newGatedBackend(t, "b1")
 			h := newFairHarness(t, Options{BackendMaxInFlight: 1})
+			b := newGatedBackend(t, "b1")
 			h.g.SetBackends("p", []Backend{b.backend("p")})
 			hdr := func(order string) []string { return tc.hdr[order[:1]] }
 			var answers []<-chan answer
@@ -227,8 +227,8 @@ func gaugeOf(t *testing.T, reg *prometheus.Registry, name, pool, tenant string) 
 }
 
 func TestFairShareSheds(t *testing.T) {
-	b := newGatedBackend(t, "b1")
 	h := newFairHarness(t, Options{BackendMaxInFlight: 1, BackendQueue: 2})
+	b := newGatedBackend(t, "b1")
 	h.g.SetBackends("p", []Backend{b.backend("p")})
 	a0 := h.send(t, "/v1/chat/completions", "a0", "X-Tenant", "a")
 	until(t, "a0 on the backend", func() bool { return len(b.seen()) == 1 })
@@ -247,38 +247,39 @@ func TestFairShareSheds(t *testing.T) {
 	if got.status != http.StatusTooManyRequests || got.code != "queue_full" {
 		t.Fatalf("a3: %d %q, want 429 queue_full", got.status, got.code)
 	}
-	// A low-priority arrival too, while a high one displaces a1.
+	// A low-priority arrival too, while a high one displaces the newest
+	// of the normal ones with the largest finish tag (a1 and b1 tie: b1).
 	got = within(t, h.send(t, "/api/chat", "c1", "X-Tenant", "c", "X-Priority", "low"), 5*time.Second, "c1 refused")
 	if got.status != http.StatusTooManyRequests || !strings.Contains(got.body, `"error":"`) {
 		t.Fatalf("c1: %d %s, want 429 in Ollama's shape", got.status, got.body)
 	}
 	d1 := h.send(t, "/v1/chat/completions", "d1", "X-Tenant", "d", "X-Priority", "high")
-	if got = within(t, a1, 5*time.Second, "a1 displaced"); got.status != http.StatusTooManyRequests {
-		t.Fatalf("a1: %d, want 429", got.status)
+	if got = within(t, b1, 5*time.Second, "b1 displaced"); got.status != http.StatusTooManyRequests {
+		t.Fatalf("b1: %d, want 429", got.status)
 	}
-	for _, want := range []string{"d1", "b1"} {
+	for _, want := range []string{"d1", "a1"} {
 		until(t, want+" on the backend", func() bool { return len(b.seen()) > 0 })
 		b.release <- struct{}{}
 		until(t, "the next", func() bool { s := b.seen(); return s[len(s)-1] == want })
 	}
 	b.release <- struct{}{}
-	for _, ch := range []<-chan answer{a0, b1, d1} {
+	for _, ch := range []<-chan answer{a0, a1, d1} {
 		if a := within(t, ch, 5*time.Second, "an answer"); a.status != http.StatusOK {
 			t.Errorf("%s: %d", a.order, a.status)
 		}
 	}
-	if got := strings.Join(b.seen(), " "); got != "a0 d1 b1" {
-		t.Errorf("served %s, want a0 d1 b1", got)
+	if got := strings.Join(b.seen(), " "); got != "a0 d1 a1" {
+		t.Errorf("served %s, want a0 d1 a1", got)
 	}
 	shed, err := testutil.GatherAndCount(h.reg, "tidegpu_gateway_queue_shed_total")
-	if err != nil || shed != 3 { // a: full + displaced; c: full (d1's displacement of a1 is a's displaced series)
-		t.Errorf("shed series %d (%v), want 3", shed, err)
+	if err != nil || shed != 4 { // a: displaced, full; c: full; b: displaced
+		t.Errorf("shed series %d (%v), want 4", shed, err)
 	}
 }
 
 func TestFairShareWaitBound(t *testing.T) {
-	b := newGatedBackend(t, "b1")
 	h := newFairHarness(t, Options{BackendMaxInFlight: 1, BackendQueueWait: 100 * time.Millisecond})
+	b := newGatedBackend(t, "b1")
 	h.g.SetBackends("p", []Backend{b.backend("p")})
 	a0 := h.send(t, "/v1/chat/completions", "a0")
 	until(t, "a0 on the backend", func() bool { return len(b.seen()) == 1 })
@@ -296,8 +297,8 @@ func TestFairShareWaitBound(t *testing.T) {
 // A waiting request goes to a backend published while it waits, and not
 // to one drained meanwhile; a pool with no backend answers as before.
 func TestFairShareNewBackendAndDrain(t *testing.T) {
-	b1, b2 := newGatedBackend(t, "b1"), newGatedBackend(t, "b2")
 	h := newFairHarness(t, Options{BackendMaxInFlight: 1, WaitForBackend: -1})
+	b1, b2 := newGatedBackend(t, "b1"), newGatedBackend(t, "b2")
 	h.g.SetBackends("p", []Backend{b1.backend("p")})
 	a0 := h.send(t, "/api/chat", "a0")
 	until(t, "a0 on b1", func() bool { return len(b1.seen()) == 1 })
