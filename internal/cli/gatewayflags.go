@@ -24,6 +24,10 @@ type tuningFlags struct {
 	corsExposed      []string
 	corsMaxAge       time.Duration
 	corsCredentials  bool
+	// Fair share under saturation.
+	backendMaxInFlight int
+	backendQueue       int
+	backendQueueWait   time.Duration
 }
 
 func (t *tuningFlags) register(f *pflag.FlagSet) {
@@ -38,13 +42,26 @@ func (t *tuningFlags) register(f *pflag.FlagSet) {
 	f.StringSliceVar(&t.corsExposed, "cors-exposed-headers", nil, "with --cors-allowed-origin: response headers a page may read (default X-Tidegpu-Backend)")
 	f.DurationVar(&t.corsMaxAge, "cors-max-age", 0, "with --cors-allowed-origin: how long a browser may cache a preflight's answer (0: the browser's default)")
 	f.BoolVar(&t.corsCredentials, "cors-allow-credentials", false, "with --cors-allowed-origin: let pages send cookies and HTTP authentication (not with *)")
+	f.IntVar(&t.backendMaxInFlight, "backend-max-inflight", 0, "most requests in flight on each backend (as vLLM's --max-num-seqs); beyond it requests wait at the gateway in the pool's fair queue, served across tenants by weight and priority (0: no cap)")
+	f.IntVar(&t.backendQueue, "backend-queue", gateway.DefaultBackendQueue, "with --backend-max-inflight: most requests waiting per pool; beyond it the lowest-ranked is answered 429")
+	f.DurationVar(&t.backendQueueWait, "backend-queue-wait", gateway.DefaultBackendQueueWait, "with --backend-max-inflight: a request waiting this long is answered 429")
 }
 
 // tuning checks the flags and returns them as a gateway.Tuning.
 func (t *tuningFlags) tuning() (gateway.Tuning, error) {
 	var errs []error
 	out := gateway.Tuning{ReadHeaderTimeout: t.readHeader, IdleTimeout: t.idle,
-		BackendHeaderTimeout: t.backendHeader, StreamIdleTimeout: t.streamIdle}
+		BackendHeaderTimeout: t.backendHeader, StreamIdleTimeout: t.streamIdle,
+		BackendMaxInFlight: t.backendMaxInFlight, BackendQueue: t.backendQueue, BackendQueueWait: t.backendQueueWait}
+	if t.backendMaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("invalid --backend-max-inflight %d: want 0 (no cap) or more", t.backendMaxInFlight))
+	}
+	if t.backendQueue < 1 {
+		errs = append(errs, fmt.Errorf("invalid --backend-queue %d: want 1 or more", t.backendQueue))
+	}
+	if t.backendQueueWait <= 0 {
+		errs = append(errs, fmt.Errorf("invalid --backend-queue-wait %v: want more than 0", t.backendQueueWait))
+	}
 	q, err := resource.ParseQuantity(t.maxBody)
 	switch {
 	case err != nil:

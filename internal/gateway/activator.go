@@ -107,12 +107,14 @@ func (a *activator) leave(key string, pools []string, w *waiter) {
 }
 
 // Held is how many requests the activator holds for pool (a request that
-// names no pool counts for every pool it woke). Autoscaling signals count
-// them as in flight: they are load the pool has not served yet.
+// names no pool counts for every pool it woke), plus those waiting for it
+// in the fair queue (Queued). Autoscaling signals count them as in flight:
+// they are load the pool has not served yet.
 func (g *Gateway) Held(pool string) int {
 	g.act.mu.Lock()
-	defer g.act.mu.Unlock()
-	return g.act.held[pool]
+	n := g.act.held[pool]
+	g.act.mu.Unlock()
+	return n + g.Queued(pool)
 }
 
 // wake asks the waker to wake the request's pool (every pool the gateway
@@ -171,6 +173,13 @@ func (e *exchange) hold(pools []string) *Upstream {
 		if turn == nil {
 			ch = g.changeCh()
 			if u := e.pick(); u != nil {
+				return u
+			}
+			if e.saturated && g.fair != nil {
+				// An instance is up and already full: wait in the fair
+				// queue, leaving the turn to the next held request.
+				act.leave(e.pool, pools, w)
+				u, _ := e.queue()
 				return u
 			}
 		}

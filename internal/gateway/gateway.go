@@ -103,6 +103,18 @@ type Options struct {
 	// clients. 0 means DefaultKeepAliveEvery.
 	KeepAliveEvery time.Duration
 
+	// BackendMaxInFlight, if positive, caps the requests in flight on each
+	// backend; when every eligible backend of a request's pool is at the
+	// cap, the request waits in the pool's fair queue (fairshare.go). 0:
+	// no cap, nothing waits for a busy backend.
+	BackendMaxInFlight int
+	// BackendQueue bounds the requests waiting per pool; 0 means
+	// DefaultBackendQueue.
+	BackendQueue int
+	// BackendQueueWait bounds how long a request waits for a slot before
+	// it is answered 429; 0 means DefaultBackendQueueWait.
+	BackendQueueWait time.Duration
+
 	// ProbeInterval is the period of the active probe. 0 means
 	// DefaultProbeInterval; negative disables probing.
 	ProbeInterval time.Duration
@@ -245,6 +257,7 @@ type Gateway struct {
 	streamIdle      time.Duration
 	cors            *cors.Cors // nil: CORS passes through
 
+	fair   *fairShare // nil: no Options.BackendMaxInFlight
 	table  atomic.Pointer[table]
 	splits atomic.Pointer[map[string][]VersionWeight] // nil: no version split
 
@@ -345,6 +358,7 @@ func New(opts Options) (*Gateway, error) {
 		bad("KeepAliveEvery", "must not be negative, got %v", keepAlive)
 	}
 	g.act = newActivator(actQueue, actWait, keepAlive)
+	g.fair = newFairShare(opts, bad)
 	switch {
 	case g.waitFor == 0:
 		g.waitFor = DefaultWaitForBackend

@@ -39,6 +39,7 @@ type metrics struct {
 	aborts    prometheus.Counter
 	ejections prometheus.Counter
 	wakes     prometheus.Counter
+	shed      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
@@ -69,8 +70,12 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Name: "tidegpu_gateway_activator_requests_total",
 			Help: "Requests the activator held because their pool had no ready instance and could grow (a pool at zero).",
 		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidegpu_gateway_queue_shed_total",
+			Help: "Requests answered 429 by the fair queue of a saturated pool (\"any\": requests naming no pool), by tenant (empty without API keys) and reason: full (the queue was full of requests that go first), displaced (a request that goes first took its place), wait (it waited --backend-queue-wait).",
+		}, []string{"pool", "tenant", "reason"}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, &stateCollector{g: g}}
+	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, m.shed, &stateCollector{g: g}}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {
@@ -120,6 +125,13 @@ func (m *metrics) activated() {
 	m.wakes.Inc()
 }
 
+func (m *metrics) shedRequest(pool, tenant, reason string) {
+	if m == nil {
+		return
+	}
+	m.shed.WithLabelValues(pool, tenant, reason).Inc()
+}
+
 func (m *metrics) ejected() {
 	if m == nil {
 		return
@@ -145,6 +157,9 @@ var (
 	heldDesc = prometheus.NewDesc("tidegpu_gateway_activator_held",
 		"Requests the activator holds for a pool with no ready instance, waiting for one to start.",
 		[]string{"pool"}, nil)
+	queuedDesc = prometheus.NewDesc("tidegpu_gateway_queued_requests",
+		"Requests waiting in a saturated pool's fair queue for a backend below --backend-max-inflight, by pool (\"any\": requests naming no pool) and tenant (empty without API keys).",
+		[]string{"pool", "tenant"}, nil)
 	metricsFreshDesc = prometheus.NewDesc("tidegpu_gateway_backend_metrics_fresh",
 		"1 if the backend's own metrics (queue depth and the rest) were read from the metrics source (label source) within the max age, else 0: the gateway balances it on its own measurements. source is \"gateway\" when no metrics source is set.",
 		[]string{"pool", "backend", "source"}, nil)
@@ -158,6 +173,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inFlightDesc
 	ch <- healthyDesc
 	ch <- heldDesc
+	ch <- queuedDesc
 	ch <- metricsFreshDesc
 }
 
@@ -197,4 +213,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(n), pool)
 	}
 	c.g.act.mu.Unlock()
+	if c.g.fair != nil {
+		for key, byTenant := range c.g.fair.waiting() {
+			if key == "" {
+				key = anyPool
+			}
+			for tenant, n := range byTenant {
+				ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(n), key, tenant)
+			}
+		}
+	}
 }

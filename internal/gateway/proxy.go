@@ -74,6 +74,9 @@ type exchange struct {
 	waitErr   apiError
 	kept      bool
 	keptKind  keepKind
+	// saturated: the last pick found every eligible backend at
+	// Options.BackendMaxInFlight (fairshare.go).
+	saturated bool
 
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
@@ -287,6 +290,9 @@ func (e *exchange) serve() {
 // WaitForBackend budget) for one to appear if there is none. It returns nil
 // if none appeared or the client went away.
 func (e *exchange) next() *Upstream {
+	if u, done := e.fairNext(); done {
+		return u
+	}
 	if u := e.pick(); u != nil {
 		return u
 	}
@@ -302,6 +308,9 @@ func (e *exchange) next() *Upstream {
 		// between the look and the wait is not missed.
 		ch := g.changeCh()
 		if u := e.pick(); u != nil {
+			return u
+		}
+		if u, done := e.fairWait(); done {
 			return u
 		}
 		if g.waitFor <= 0 {
@@ -334,6 +343,7 @@ func (e *exchange) next() *Upstream {
 // among those rather than fail (panic routing).
 func (e *exchange) pick() *Upstream {
 	g := e.g
+	e.saturated = false
 	for range 4 {
 		t := g.table.Load()
 		src := t.all
@@ -352,11 +362,19 @@ func (e *exchange) pick() *Upstream {
 				anyEjected = true
 				continue
 			}
+			if g.full(u) {
+				e.saturated = true
+				continue
+			}
 			cands = append(cands, u)
 		}
 		if len(cands) == 0 && anyEjected {
 			for _, u := range src {
 				if e.eligible(u) && (!byModel || u.serves(e.model)) {
+					if g.full(u) {
+						e.saturated = true
+						continue
+					}
 					cands = append(cands, u)
 				}
 			}
@@ -386,7 +404,10 @@ func (e *exchange) pick() *Upstream {
 		// Count first, then check draining/removed again: SetBackends sets
 		// those flags before it returns, so a controller that then reads
 		// InFlight as 0 knows that no request can still start here.
-		u.inflight.Add(1)
+		if !g.claim(u) {
+			e.saturated = true // at the cap since the look
+			continue
+		}
 		if !u.draining.Load() && !u.removed.Load() {
 			if g.prefix != nil {
 				g.prefix.record(u, e.prefix)
@@ -416,6 +437,9 @@ func (e *exchange) eligible(u *Upstream) bool {
 func (g *Gateway) release(u *Upstream) {
 	if u.inflight.Add(-1) == 0 && u.removed.Load() {
 		g.reap()
+	}
+	if g.fair != nil {
+		g.fair.released(u.pool)
 	}
 }
 

@@ -35,6 +35,11 @@ type Tuning struct {
 	StreamIdleTimeout time.Duration
 	// CORS is Options.CORS.
 	CORS *CORS
+	// BackendMaxInFlight, BackendQueue and BackendQueueWait are the
+	// Options' fair share under saturation.
+	BackendMaxInFlight int
+	BackendQueue       int
+	BackendQueueWait   time.Duration
 }
 
 // Apply sets t's gateway fields in o.
@@ -43,6 +48,7 @@ func (t Tuning) Apply(o *Options) {
 	o.ResponseHeaderTimeout = t.BackendHeaderTimeout
 	o.StreamIdleTimeout = t.StreamIdleTimeout
 	o.CORS = t.CORS
+	o.BackendMaxInFlight, o.BackendQueue, o.BackendQueueWait = t.BackendMaxInFlight, t.BackendQueue, t.BackendQueueWait
 }
 
 // Server returns the HTTP server of a gateway handler h with t's timeouts.

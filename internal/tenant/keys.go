@@ -22,6 +22,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tidegpu/tidegpu/internal/fairq"
 )
 
 // File is the keys file:
@@ -38,6 +40,8 @@ import (
 //	      tokensPerMinute: 100000
 //	      concurrent: 8
 //	      monthlyBudget: "250.00"   # USD a month for the tenant (Options.Spend)
+//	    weight: 2                   # share in a saturated pool's queue (1-1000, default 1)
+//	    priority: high              # low, normal (default) or high
 //
 // Limits belong to the tenant, not to the entry: every key of a tenant draws
 // on one set of buckets. So the entries of one tenant that give limits must
@@ -61,6 +65,10 @@ type KeySpec struct {
 	Models []string          `json:"models,omitempty"`
 	Pools  []string          `json:"pools,omitempty"`
 	Limits Limits            `json:"limits,omitempty"`
+	// Weight and Priority order the key's requests in the fair queue of a
+	// saturated pool (package fairq; gateway.Tenant).
+	Weight   int    `json:"weight,omitempty"`
+	Priority string `json:"priority,omitempty"`
 }
 
 // Limits are a tenant's limits; zero means no limit.
@@ -93,7 +101,11 @@ type Key struct {
 	Limits Limits
 	// Budget is MonthlyBudget as a number (nil: none).
 	Budget *big.Rat
-	digest [sha256.Size]byte
+	// Weight (1..fairq.MaxWeight) and Priority: the key's place in the
+	// fair queue of a saturated pool.
+	Weight   int
+	Priority fairq.Priority
+	digest   [sha256.Size]byte
 }
 
 // Keys is a validated set of keys.
@@ -171,6 +183,7 @@ func Parse(b []byte) (*Keys, error) {
 		field string
 	}
 	tenants := map[string]limitsFrom{} // the first entry giving each tenant's limits
+	weights := map[string]*Key{} // the first key of each tenant
 	for i, s := range f.Keys {
 		field := fmt.Sprintf("keys[%d]", i)
 		if !reName.MatchString(s.Name) {
@@ -238,6 +251,9 @@ func Parse(b []byte) (*Keys, error) {
 					field, s.Tenant, t.key.Limits, t.field, s.Tenant)
 			}
 		}
+		if err := parseFairShare(field, s, k, weights); err != nil {
+			return nil, err
+		}
 		ks.keys = append(ks.keys, k)
 	}
 	// The entries without limits share their tenant's.
@@ -276,4 +292,29 @@ func (l Limits) String() string {
 		parts = append(parts, fmt.Sprintf("monthlyBudget: %q", l.MonthlyBudget))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// parseFairShare reads a key's weight and priority. A tenant is one flow
+// of the fair queue, so its keys share one weight; their priorities may
+// differ (a batch key at low beside an interactive one).
+func parseFairShare(field string, s KeySpec, k *Key, first map[string]*Key) error {
+	switch {
+	case s.Weight == 0:
+		k.Weight = fairq.DefaultWeight
+	case s.Weight < 1 || s.Weight > fairq.MaxWeight:
+		return fmt.Errorf("%s.weight: %d: want 1 to %d (the tenant's share when the pool is saturated; absent: %d)", field, s.Weight, fairq.MaxWeight, fairq.DefaultWeight)
+	default:
+		k.Weight = s.Weight
+	}
+	p, err := fairq.ParsePriority(s.Priority)
+	if err != nil {
+		return fmt.Errorf("%s.priority: %w (absent: normal)", field, err)
+	}
+	k.Priority = p
+	if o := first[k.Tenant]; o == nil {
+		first[k.Tenant] = k
+	} else if o.Weight != k.Weight {
+		return fmt.Errorf("%s.weight: %d, but key %s of tenant %s has %d: give every key of a tenant the same weight (the tenant shares one place in the queue)", field, k.Weight, o.Name, k.Tenant, o.Weight)
+	}
+	return nil
 }

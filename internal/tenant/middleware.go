@@ -183,6 +183,7 @@ func (m *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hooked, hp, hc = true, p, c
 		mu.Unlock()
 	})
+	ctx = gateway.WithTenant(ctx, gateway.Tenant{Name: k.Tenant, Weight: k.Weight, Priority: k.Priority})
 	defer func() {
 		// Runs on a panic too (http.ErrAbortHandler), so the slot is freed.
 		if !settled {
