@@ -183,7 +183,7 @@ func Parse(b []byte) (*Keys, error) {
 		field string
 	}
 	tenants := map[string]limitsFrom{} // the first entry giving each tenant's limits
-	weights := map[string]*Key{} // the first key of each tenant
+	weights := map[string]*Key{}       // the first key of each tenant
 	for i, s := range f.Keys {
 		field := fmt.Sprintf("keys[%d]", i)
 		if !reName.MatchString(s.Name) {
