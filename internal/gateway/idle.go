@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -156,12 +157,19 @@ func unheld(m loadmetrics.BackendMetrics, now time.Time) loadmetrics.BackendMetr
 	return m
 }
 
+// fractionTolerance is the change of a fraction (KV-cache usage, GPU
+// utilisation) that does not count as a change of load: a smoothed
+// utilisation decays for minutes after the last request, in steps far
+// below what balancing can tell apart.
+const fractionTolerance = 0.01
+
 // sameLoad reports whether two readings carry the same load values (their
-// times aside). Pure.
+// times aside): the same counts, fractions within fractionTolerance. Pure.
 func sameLoad(a, b loadmetrics.BackendMetrics) bool {
+	near := func(x, y float64) bool { return math.Abs(x-y) < fractionTolerance }
 	return a.Has == b.Has && a.Family == b.Family &&
 		a.QueueDepth == b.QueueDepth && a.Running == b.Running &&
-		a.KVCacheUsage == b.KVCacheUsage && a.GPUUtil == b.GPUUtil &&
+		near(a.KVCacheUsage, b.KVCacheUsage) && near(a.GPUUtil, b.GPUUtil) &&
 		a.TTFTP50 == b.TTFTP50 && a.TTFTP99 == b.TTFTP99 &&
 		a.InFlight == b.InFlight && a.Latency == b.Latency && a.ErrorRate == b.ErrorRate &&
 		slices.Equal(a.Loaded, b.Loaded)

@@ -185,11 +185,15 @@ func TestSameLoad(t *testing.T) {
 	if !sameLoad(a, b) {
 		t.Error("the same values at other times differ")
 	}
+	b.GPUUtil, b.KVCacheUsage = 0.0099, 0.005 // a smoothed utilisation decaying
+	if !sameLoad(a, b) {
+		t.Error("a change of a fraction below the tolerance counts")
+	}
 	for name, f := range map[string]func(*loadmetrics.BackendMetrics){
 		"queue":   func(m *loadmetrics.BackendMetrics) { m.QueueDepth = 1 },
 		"running": func(m *loadmetrics.BackendMetrics) { m.Running = 1 },
-		"kv":      func(m *loadmetrics.BackendMetrics) { m.KVCacheUsage = 0.1 },
-		"gpu":     func(m *loadmetrics.BackendMetrics) { m.GPUUtil = 0.1 },
+		"kv":      func(m *loadmetrics.BackendMetrics) { m.KVCacheUsage = 0.01 },
+		"gpu":     func(m *loadmetrics.BackendMetrics) { m.GPUUtil = 0.01 },
 		"ttft":    func(m *loadmetrics.BackendMetrics) { m.TTFTP99 = time.Second },
 		"loaded":  func(m *loadmetrics.BackendMetrics) { m.Loaded = []string{"m", "n"} },
 		"has":     func(m *loadmetrics.BackendMetrics) { m.Has |= loadmetrics.FieldRunning },

@@ -137,6 +137,10 @@ func NewScrape(o ScrapeOptions) *Scrape {
 			DialContext:         (&net.Dialer{Timeout: s.timeout}).DialContext,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     30 * time.Second,
+			// Plain text: decompressing a gzipped exposition cost the
+			// gateway more CPU than the bytes saved on a backend's own
+			// network (BENCHMARKS.md, "Idle cost").
+			DisableCompression: true,
 		}
 		s.client = &http.Client{Transport: s.own}
 	}
