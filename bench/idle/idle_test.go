@@ -56,15 +56,32 @@ func TestIdleCPU(t *testing.T) {
 		}
 		reps = n
 	}
-	bin := tidegpuBinary(t)
+	inproc := os.Getenv(inprocEnv) == "1"
+	bin := os.Args[0]
+	if !inproc {
+		bin = tidegpuBinary(t)
+	}
+	// child starts a simulator or a gateway: the tidegpu binary, or this
+	// test binary in a child role.
+	child := func(t *testing.T, logPath string, role string, args ...string) *proc {
+		if inproc {
+			return startEnv(t, logPath, []string{childEnv + "=" + strings.Join(append([]string{role}, args...), " ")}, bin)
+		}
+		return start(t, logPath, bin, append([]string{role}, args...)...)
+	}
 	tmp := t.TempDir()
 	const nSims = 10
 	var sims []string
 	var simProcs []*proc
 	for i := range nSims {
 		addr := freeAddr(t)
-		pr := start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
-			"--ttft", "5ms", "--token-time", "1ms", "--output-tokens", "3", "--instance-id", fmt.Sprintf("sim-%d", i))
+		var pr *proc
+		if inproc {
+			pr = child(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), "sim", addr)
+		} else {
+			pr = start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
+				"--ttft", "5ms", "--token-time", "1ms", "--output-tokens", "3", "--instance-id", fmt.Sprintf("sim-%d", i))
+		}
 		waitHTTP(t, pr, "http://"+addr+"/healthz")
 		sims = append(sims, addr)
 		simProcs = append(simProcs, pr)
@@ -76,11 +93,16 @@ func TestIdleCPU(t *testing.T) {
 	}
 	gw := func(t *testing.T, backends []string) (string, *proc) {
 		addr, admin := freeAddr(t), freeAddr(t)
-		args := []string{"gateway", "--addr", addr, "--admin-addr", admin, "--log-level", "warn"}
-		for _, s := range backends {
-			args = append(args, "--backend", "http://"+s)
+		var pr *proc
+		if inproc {
+			pr = child(t, filepath.Join(t.TempDir(), "gateway.log"), "gateway", append([]string{addr, admin}, backends...)...)
+		} else {
+			args := []string{"gateway", "--addr", addr, "--admin-addr", admin, "--log-level", "warn"}
+			for _, s := range backends {
+				args = append(args, "--backend", "http://"+s)
+			}
+			pr = start(t, filepath.Join(t.TempDir(), "gateway.log"), bin, args...)
 		}
-		pr := start(t, filepath.Join(t.TempDir(), "gateway.log"), bin, args...)
 		waitHTTP(t, pr, "http://"+admin+"/healthz")
 		return addr, pr
 	}
@@ -129,6 +151,9 @@ func TestIdleCPU(t *testing.T) {
 		}
 	}
 
+	if inproc {
+		t.Logf("in-process roles (%s=1): this test binary as the gateway and the simulators", inprocEnv)
+	}
 	t.Logf("machine: %d CPUs, shared; load average at start %s", runtime.NumCPU(), loadavg())
 	t.Logf("%d simulators; every target started at once, warmed up with 4 requests, idle %v, then measured over the same %v window", nSims, settle, window)
 	results := map[string][]float64{} // name/n → idle CPU % per repetition
@@ -195,7 +220,7 @@ func TestIdleCPU(t *testing.T) {
 
 // generate sends one small generation to addr.
 func generate(addr string, i int) error {
-	body := fmt.Sprintf(`{"model":"m","stream":false,"messages":[{"role":"user","content":"warm up %d"}]}`, i)
+	body := fmt.Sprintf(`{"model":"qwen2:0.5b","stream":false,"messages":[{"role":"user","content":"warm up %d"}]}`, i)
 	c := &http.Client{Timeout: 20 * time.Second}
 	resp, err := c.Post("http://"+addr+"/api/chat", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -282,11 +307,18 @@ func (p *proc) stop() {
 
 func start(t *testing.T, logPath, bin string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, logPath, nil, bin, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func startEnv(t *testing.T, logPath string, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
