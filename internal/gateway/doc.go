@@ -89,7 +89,7 @@
 // failure, a changed answer, a request sent to it or one in flight on it.
 // A request answered counts as a probe. Metrics read less often on purpose
 // are held (loadmetrics.BackendMetrics.HeldUntil) and stay fresh until the
-// next read is due; a failed read ends the hold. So a backend that dies
+// next read is due; a failed read ends the hold (the values are stale MetricsMaxAge after the last good read, as without back-off). So a backend that dies
 // while nobody uses it is marked unhealthy within DefaultProbeMaxInterval
 // (a request to it fails over at once), and load that reaches an idle
 // backend from elsewhere is seen within DefaultMetricsMaxInterval.

@@ -148,12 +148,11 @@ func held(m loadmetrics.BackendMetrics, every, base time.Duration) loadmetrics.B
 	return m
 }
 
-// unheld returns m with its hold cut at now: a read failed, so the values
-// age from now at the latest. Pure.
-func unheld(m loadmetrics.BackendMetrics, now time.Time) loadmetrics.BackendMetrics {
-	if m.HeldUntil.After(now) {
-		m.HeldUntil = now
-	}
+// unheld returns m without its hold: a read failed, so the values age from
+// their observation again, as without a back-off (stale MetricsMaxAge after
+// the last good read). Pure.
+func unheld(m loadmetrics.BackendMetrics) loadmetrics.BackendMetrics {
+	m.HeldUntil = time.Time{}
 	return m
 }
 

@@ -330,8 +330,8 @@ func (g *Gateway) refreshDue(ctx context.Context, sched map[*Upstream]readState)
 			every = st.every
 		}
 		if !ok {
-			if cur := u.ext.Load(); cur != nil && cur.HeldUntil.After(now) {
-				c := unheld(*cur, now)
+			if cur := u.ext.Load(); cur != nil && !cur.HeldUntil.IsZero() {
+				c := unheld(*cur)
 				u.ext.Store(&c)
 			}
 			continue
