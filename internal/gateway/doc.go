@@ -80,6 +80,20 @@
 // that count is exact: once it has been observed at 0 after SetBackends
 // marked the backend draining or removed it, no request will start on it.
 //
+// # Idle cost
+//
+// The probe and the reads of Options.Metrics back off per backend while it
+// idles unchanged: each interval doubles after a read that found it as
+// before with no request on it, up to DefaultProbeMaxInterval and
+// DefaultMetricsMaxInterval, and is back at the base interval after a
+// failure, a changed answer, a request sent to it or one in flight on it.
+// A request answered counts as a probe. Metrics read less often on purpose
+// are held (loadmetrics.BackendMetrics.HeldUntil) and stay fresh until the
+// next read is due; a failed read ends the hold (the values are stale MetricsMaxAge after the last good read, as without back-off). So a backend that dies
+// while nobody uses it is marked unhealthy within DefaultProbeMaxInterval
+// (a request to it fails over at once), and load that reaches an idle
+// backend from elsewhere is seen within DefaultMetricsMaxInterval.
+//
 // # Token usage of streams
 //
 // With Options.OnUsage set, a streamed POST /v1/chat/completions or

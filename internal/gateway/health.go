@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -79,12 +80,15 @@ func (g *Gateway) recordSuccess(u *Upstream, latency time.Duration, stream bool)
 	u.mu.Unlock()
 }
 
-// probeLoop runs a probe round every probeInterval, and at once when a
-// backend that must be probed before admission was added.
+// probeLoop wakes every probeInterval, and at once when a backend that
+// must be probed before admission was added, and probes the backends that
+// are due (see probeDue: a backend that stays healthy, unchanged and idle
+// is probed less and less often, up to DefaultProbeMaxInterval).
 func (g *Gateway) probeLoop() {
 	defer close(g.probeDone)
 	t := g.clock.NewTimer(g.probeInterval)
 	defer t.Stop()
+	sched := map[*Upstream]probeState{}
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -93,14 +97,77 @@ func (g *Gateway) probeLoop() {
 		case <-g.kick:
 			t.Stop()
 		}
-		g.probeAll(g.ctx)
+		g.probeDue(g.ctx, sched)
 		t.Reset(g.probeInterval)
 	}
 }
 
-// probeAll probes every known backend concurrently, retired ones with
-// requests in flight included (so that a hung request on a removed backend
-// is still rescued), and returns when all probes are done.
+// probeMaxInterval is the cap of the probe back-off.
+func (g *Gateway) probeMaxInterval() time.Duration {
+	return max(g.probeInterval, DefaultProbeMaxInterval)
+}
+
+// viewForProbe is what probeDue needs of u.
+func (g *Gateway) viewForProbe(u *Upstream, now time.Time) probeView {
+	v := probeView{
+		healthy:  u.healthy.Load() && !u.ejected(now.UnixNano()),
+		inFlight: u.inflight.Load(),
+		failures: u.failures.Load(),
+	}
+	if at := max(u.ttft.at.Load(), u.whole.at.Load()); at != 0 {
+		v.lastOK = time.Unix(0, at)
+	}
+	return v
+}
+
+// probeDue probes, concurrently, every known backend that is due (retired
+// ones with requests in flight included, so that a hung request on a
+// removed backend is still rescued), updates sched, and returns when all
+// probes are done. sched belongs to the caller's goroutine.
+func (g *Gateway) probeDue(ctx context.Context, sched map[*Upstream]probeState) {
+	now := g.clock.Now()
+	ups := g.upstreams()
+	type done struct {
+		u      *Upstream
+		v      probeView
+		ok     bool
+		answer uint64
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		out []done
+	)
+	live := make(map[*Upstream]bool, len(ups))
+	for _, u := range ups {
+		live[u] = true
+		v := g.viewForProbe(u, now)
+		if !probeDue(sched[u], v, now, g.probeInterval) {
+			continue
+		}
+		wg.Go(func() {
+			ok, answer, fin := g.probe(ctx, u)
+			if !fin {
+				return
+			}
+			mu.Lock()
+			out = append(out, done{u, v, ok, answer})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, d := range out {
+		sched[d.u] = probed(sched[d.u], d.v, now, d.ok, d.answer, g.probeInterval, g.probeMaxInterval())
+	}
+	for u := range sched {
+		if !live[u] {
+			delete(sched, u)
+		}
+	}
+}
+
+// probeAll probes every known backend concurrently, due or not, and
+// returns when all probes are done.
 func (g *Gateway) probeAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, u := range g.upstreams() {
@@ -109,27 +176,33 @@ func (g *Gateway) probeAll(ctx context.Context) {
 	wg.Wait()
 }
 
-func (g *Gateway) probe(ctx context.Context, u *Upstream) {
+// probe probes u once and applies the outcome. It returns whether the
+// probe succeeded, its answer (status and body, FNV-1a) and whether it
+// finished (false: the gateway is closing).
+func (g *Gateway) probe(ctx context.Context, u *Upstream) (ok bool, answer uint64, finished bool) {
 	pctx, cancel := context.WithTimeout(ctx, g.probeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(pctx, http.MethodGet, "http://"+u.address+g.probePath, nil)
 	if err != nil {
 		g.probeResult(u, false, false, "probe: "+err.Error())
-		return
+		return false, 0, true
 	}
 	req.Header.Set("User-Agent", "tidegpu-gateway-probe")
 	resp, err := g.probeTransport().RoundTrip(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return // the gateway is closing
+			return false, 0, false // the gateway is closing
 		}
 		g.probeResult(u, false, isConnectFailure(err), "probe: "+err.Error())
-		return
+		return false, 0, true
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(strconv.Itoa(resp.StatusCode)))
+	_, _ = io.Copy(h, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	ok := resp.StatusCode >= 200 && resp.StatusCode < 500
+	ok = resp.StatusCode >= 200 && resp.StatusCode < 500
 	g.probeResult(u, ok, false, "probe: status "+strconv.Itoa(resp.StatusCode))
+	return ok, h.Sum64(), true
 }
 
 // probeTransport is the transport for probes. The gateway's own one does

@@ -255,11 +255,15 @@ func (g *Gateway) SignalStatus() map[string]SignalState {
 	return out
 }
 
-// metricsLoop reads Options.Metrics every MetricsInterval until Close.
+// metricsLoop reads Options.Metrics until Close: every MetricsInterval
+// the backends that are due (see readDue: one that idles with the same
+// values is read less and less often, up to DefaultMetricsMaxInterval, and
+// at the base interval again as soon as a request goes to it).
 func (g *Gateway) metricsLoop() {
 	defer close(g.metricsDone)
+	sched := map[*Upstream]readState{}
 	for {
-		g.refreshMetrics(g.ctx)
+		g.refreshDue(g.ctx, sched)
 		t := g.clock.NewTimer(g.metricsInterval)
 		select {
 		case <-g.ctx.Done():
@@ -270,20 +274,43 @@ func (g *Gateway) metricsLoop() {
 	}
 }
 
-// refreshMetrics takes one snapshot of the published backends' metrics and
-// stores each backend's on its Upstream, where policies read it
-// atomically. A backend the snapshot leaves out keeps its previous metrics,
-// which go stale with time.
-func (g *Gateway) refreshMetrics(ctx context.Context) {
+// metricsMaxInterval is the cap of the metrics read back-off.
+func (g *Gateway) metricsMaxInterval() time.Duration {
+	return max(g.metricsInterval, DefaultMetricsMaxInterval)
+}
+
+// refreshMetrics reads every published backend's metrics now, due or not.
+func (g *Gateway) refreshMetrics(ctx context.Context) { g.refreshDue(ctx, nil) }
+
+// refreshDue takes one snapshot of the published backends' metrics — of
+// those due per sched, or of all if sched is nil — and stores each
+// backend's on its Upstream, where policies read it atomically. A backend
+// the snapshot leaves out keeps its previous metrics, which go stale with
+// time (from the end of their hold, if the reads of it backed off).
+// sched belongs to the caller's goroutine.
+func (g *Gateway) refreshDue(ctx context.Context, sched map[*Upstream]readState) {
 	t := g.table.Load()
+	for u := range sched {
+		if t.byID[u.id] != u {
+			delete(sched, u)
+		}
+	}
 	if len(t.all) == 0 {
 		return
 	}
+	now := g.clock.Now()
 	targets := make([]loadmetrics.Target, 0, len(t.all))
+	asked := make([]*Upstream, 0, len(t.all))
+	views := make(map[*Upstream]readView, len(t.all))
 	for _, u := range t.all {
 		if u.noMetrics.Load() {
 			continue
 		}
+		v := readView{inFlight: u.inflight.Load(), requests: u.requests.Load()}
+		if sched != nil && !readDue(sched[u], v, now, g.metricsInterval) {
+			continue
+		}
+		views[u] = v
 		tg := loadmetrics.Target{ID: u.id, Address: u.address}
 		if f := u.family.Load(); f != nil {
 			tg.Family = *f
@@ -292,6 +319,7 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 			tg.Queries = *q
 		}
 		targets = append(targets, tg)
+		asked = append(asked, u)
 	}
 	if len(targets) == 0 {
 		return
@@ -304,7 +332,7 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 	}
 	var te *loadmetrics.TargetError
 	perTarget := errors.As(err, &te)
-	for _, u := range t.all {
+	for _, u := range asked {
 		switch {
 		case perTarget && te.Failed[u.id] != nil:
 			msg := te.Failed[u.id].Error()
@@ -315,21 +343,36 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 		default:
 			u.extErr.Store(nil)
 		}
-		if m, ok := snap[u.id]; ok {
-			if m.Has&loadmetrics.FieldLoaded != 0 && !g.loadedSeen.Load() {
-				g.loadedSeen.Store(true)
+		m, ok := snap[u.id]
+		every := g.metricsInterval
+		if sched != nil {
+			st := readDone(sched[u], views[u], now, m, ok, g.metricsInterval, g.metricsMaxInterval())
+			sched[u] = st
+			every = st.every
+		}
+		if !ok {
+			if cur := u.ext.Load(); cur != nil && !cur.HeldUntil.IsZero() {
+				c := unheld(*cur)
+				u.ext.Store(&c)
 			}
-			u.ext.Store(&m)
-			if c, ok := concurrencyEstimate(m); ok {
-				// Kept while the backend idles (nothing running to
-				// estimate from) and while the metrics are down.
-				u.concBits.Store(math.Float64bits(c))
-			}
+			continue
+		}
+		if m.Has&loadmetrics.FieldLoaded != 0 && !g.loadedSeen.Load() {
+			g.loadedSeen.Store(true)
+		}
+		m = held(m, every, g.metricsInterval)
+		u.ext.Store(&m)
+		if c, ok := concurrencyEstimate(m); ok {
+			// Kept while the backend idles (nothing running to
+			// estimate from) and while the metrics are down.
+			u.concBits.Store(math.Float64bits(c))
 		}
 	}
 	prev := g.metricsErr.Load()
 	if err == nil {
-		if prev != nil {
+		// A read of some backends clears the error only if no other
+		// backend's last read failed.
+		if prev != nil && !anyReadFailed(t.all) {
 			g.metricsErr.Store(nil)
 			g.log.Info("gateway: metrics source recovered", "source", g.metricsSrc.Name())
 		}
@@ -341,6 +384,17 @@ func (g *Gateway) refreshMetrics(ctx context.Context) {
 		g.log.Warn("gateway: metrics source failing; backends without fresh metrics are balanced on the gateway's own signals",
 			"source", g.metricsSrc.Name(), "err", msg)
 	}
+}
+
+// anyReadFailed reports whether the last metrics read of one of ups (that
+// reads metrics) failed.
+func anyReadFailed(ups []*Upstream) bool {
+	for _, u := range ups {
+		if !u.noMetrics.Load() && u.extErr.Load() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // LocalMetrics returns the gateway's own measurements of its backends as a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"net"
@@ -70,6 +71,13 @@ type ScrapeOptions struct {
 // scrape and at the previous one, so they describe the last interval only;
 // the first scrape of a backend (or one after its counters reset) uses the
 // whole histogram.
+//
+// Targets with the same address and family are scraped once per Snapshot
+// (two pools, or two IDs, publishing one server). An answer that did not
+// change is not parsed again: the server's ETag or Last-Modified is sent
+// back (If-None-Match, If-Modified-Since) and a 304 reuses the last values,
+// and a 200 whose body is byte for byte the last one's (FNV-1a) reuses them
+// too, so that reading an idle backend costs one small request.
 type Scrape struct {
 	path     string
 	timeout  time.Duration
@@ -80,13 +88,19 @@ type Scrape struct {
 	family   Family
 
 	mu   sync.Mutex
-	prev map[string]histState // by target ID
+	prev map[string]*scrapeState // by scrapeKey
 }
 
-// histState is a backend's TTFT histogram at its last scrape.
-type histState struct {
-	address string
-	buckets []Bucket
+// scrapeState is what the last good scrape of one address and family
+// left: its TTFT histogram, and the answer and its values, to reuse if the
+// next answer is the same.
+type scrapeState struct {
+	buckets []Bucket // the TTFT histogram; nil if absent
+	sum     uint64   // FNV-1a of the body
+	etag    string   // the answer's ETag, if any
+	lastMod string   // its Last-Modified, if any
+	m       BackendMetrics
+	used    time.Time // when a Snapshot last asked for it (guarded by Scrape.mu)
 }
 
 var _ Source = (*Scrape)(nil)
@@ -100,7 +114,7 @@ func NewScrape(o ScrapeOptions) *Scrape {
 		client:   o.Client,
 		clock:    o.Clock,
 		family:   o.Family,
-		prev:     map[string]histState{},
+		prev:     map[string]*scrapeState{},
 	}
 	if s.path == "" {
 		s.path = DefaultScrapePath
@@ -123,6 +137,10 @@ func NewScrape(o ScrapeOptions) *Scrape {
 			DialContext:         (&net.Dialer{Timeout: s.timeout}).DialContext,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     30 * time.Second,
+			// Plain text: decompressing a gzipped exposition cost the
+			// gateway more CPU than the bytes saved on a backend's own
+			// network (BENCHMARKS.md, "Idle cost").
+			DisableCompression: true,
 		}
 		s.client = &http.Client{Transport: s.own}
 	}
@@ -138,133 +156,201 @@ func (s *Scrape) Close() {
 		s.own.CloseIdleConnections()
 	}
 	s.mu.Lock()
-	s.prev = map[string]histState{}
+	s.prev = map[string]*scrapeState{}
 	s.mu.Unlock()
 }
 
-// Snapshot scrapes every target concurrently. Targets that fail are left
-// out of the map and listed in a *TargetError.
+// familyOf returns the names t is read with: its own, else the source's.
+func (s *Scrape) familyOf(t Target) Family {
+	if t.Family.Queue != "" {
+		return t.Family
+	}
+	return s.family
+}
+
+// scrapeKey names one scrape: the address and the metric names read. Pure.
+func scrapeKey(address string, f Family) string {
+	return address + "\x00" + f.Name + "\x00" + strings.Join(f.names(), ",")
+}
+
+// Snapshot scrapes every target concurrently, each address (and family)
+// once. Targets that fail are left out of the map and listed in a
+// *TargetError.
 func (s *Scrape) Snapshot(ctx context.Context, targets []Target) (map[string]BackendMetrics, error) {
 	out := make(map[string]BackendMetrics, len(targets))
+	// One scrape per key, for every target with that key.
+	type job struct {
+		t   Target
+		fam Family
+		ids []string
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for _, t := range targets {
+		if t.ID == "" || t.Address == "" {
+			continue
+		}
+		fam := s.familyOf(t)
+		k := scrapeKey(t.Address, fam)
+		if j := jobs[k]; j != nil {
+			j.ids = append(j.ids, t.ID)
+			continue
+		}
+		jobs[k] = &job{t: t, fam: fam, ids: []string{t.ID}}
+		order = append(order, k)
+	}
 	var (
 		mu     sync.Mutex
 		failed map[string]error
 		wg     sync.WaitGroup
 		sem    = make(chan struct{}, scrapeConcurrency)
 	)
-	for _, t := range targets {
-		if t.ID == "" || t.Address == "" {
-			continue
+	fail := func(j *job, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed == nil {
+			failed = map[string]error{}
 		}
+		for _, id := range j.ids {
+			failed[id] = fmt.Errorf("scraping %s (%s): %w", id, j.t.Address, err)
+		}
+	}
+	for _, k := range order {
+		j := jobs[k]
 		wg.Go(func() {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				mu.Lock()
-				if failed == nil {
-					failed = map[string]error{}
-				}
-				failed[t.ID] = fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, ctx.Err())
-				mu.Unlock()
+				fail(j, ctx.Err())
 				return
 			}
 			defer func() { <-sem }()
-			m, err := s.scrapeOne(ctx, t)
-			mu.Lock()
-			defer mu.Unlock()
+			m, err := s.scrapeOne(ctx, k, j.t.Address, j.fam)
 			if err != nil {
-				if failed == nil {
-					failed = map[string]error{}
-				}
-				failed[t.ID] = err
+				fail(j, err)
 				return
 			}
-			out[t.ID] = m
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range j.ids {
+				out[id] = m
+			}
 		})
 	}
 	wg.Wait()
-	s.forgetOthers(targets)
+	s.forget(order, s.clock.Now())
 	if len(failed) > 0 {
 		return out, &TargetError{Source: s.Name(), Failed: failed, Total: len(targets)}
 	}
 	return out, nil
 }
 
-// forgetOthers drops the histogram state of backends no longer asked for.
-func (s *Scrape) forgetOthers(targets []Target) {
+// forgetAfter is how long the state of a scrape no longer asked for is
+// kept: a reader that backs off asks for an idle backend seldom, not
+// never.
+const forgetAfter = 10 * time.Minute
+
+// forget drops the state of scrapes not asked for within forgetAfter of
+// now, and marks those of keys as used now.
+func (s *Scrape) forget(keys []string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.prev) <= len(targets) {
-		keep := make(map[string]bool, len(targets))
-		for _, t := range targets {
-			keep[t.ID] = true
-		}
-		for id := range s.prev {
-			if !keep[id] {
-				delete(s.prev, id)
-			}
-		}
-		return
-	}
-	next := make(map[string]histState, len(targets))
-	for _, t := range targets {
-		if h, ok := s.prev[t.ID]; ok {
-			next[t.ID] = h
+	for _, k := range keys {
+		if st := s.prev[k]; st != nil {
+			st.used = now
 		}
 	}
-	s.prev = next
+	for k, st := range s.prev {
+		if now.Sub(st.used) > forgetAfter {
+			delete(s.prev, k)
+		}
+	}
 }
 
-// scrapeOne reads one backend's metrics.
-func (s *Scrape) scrapeOne(ctx context.Context, t Target) (BackendMetrics, error) {
+// scrapeOne reads the metrics at address with family fam (the zero Family:
+// detected), under key k.
+func (s *Scrape) scrapeOne(ctx context.Context, k, address string, fam Family) (BackendMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.Address+s.path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+address+s.path, nil)
 	if err != nil {
-		return BackendMetrics{}, fmt.Errorf("scraping %s: %w", t.ID, err)
+		return BackendMetrics{}, err
 	}
 	req.Header.Set("Accept", acceptText)
 	req.Header.Set("User-Agent", "tidegpu-metrics-scrape")
+	s.mu.Lock()
+	prev := s.prev[k]
+	s.mu.Unlock()
+	if prev != nil {
+		if prev.etag != "" {
+			req.Header.Set("If-None-Match", prev.etag)
+		}
+		if prev.lastMod != "" {
+			req.Header.Set("If-Modified-Since", prev.lastMod)
+		}
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, err)
+		return BackendMetrics{}, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotModified && prev != nil && (prev.etag != "" || prev.lastMod != "") {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return s.reuse(prev), nil
+	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): status %s", t.ID, t.Address, resp.Status)
+		return BackendMetrics{}, fmt.Errorf("status %s", resp.Status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxBytes+1))
 	if err != nil {
-		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): reading: %w", t.ID, t.Address, err)
+		return BackendMetrics{}, fmt.Errorf("reading: %w", err)
 	}
 	if int64(len(body)) > s.maxBytes {
-		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): answer larger than %d bytes", t.ID, t.Address, s.maxBytes)
+		return BackendMetrics{}, fmt.Errorf("answer larger than %d bytes", s.maxBytes)
 	}
-	fam := s.family
-	if t.Family.Queue != "" {
-		fam = t.Family
+	h := fnv.New64a()
+	_, _ = h.Write(body)
+	sum := h.Sum64()
+	etag, lastMod := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
+	if prev != nil && prev.sum == sum {
+		if prev.etag != etag || prev.lastMod != lastMod {
+			s.mu.Lock()
+			if s.prev[k] == prev {
+				next := *prev
+				next.etag, next.lastMod, next.used = etag, lastMod, s.clock.Now()
+				s.prev[k] = &next
+			}
+			s.mu.Unlock()
+		}
+		return s.reuse(prev), nil
 	}
 	m, ttft, err := ParseFamily(body, expfmt.ResponseFormat(resp.Header), fam)
 	if err != nil {
-		return BackendMetrics{}, fmt.Errorf("scraping %s (%s): %w", t.ID, t.Address, err)
+		return BackendMetrics{}, err
 	}
+	parsed := m
 	m.ObservedAt = s.clock.Now()
-
 	s.mu.Lock()
-	prev, seen := s.prev[t.ID]
-	if ttft != nil {
-		s.prev[t.ID] = histState{address: t.Address, buckets: ttft}
-	}
+	s.prev[k] = &scrapeState{buckets: ttft, sum: sum, etag: etag, lastMod: lastMod, m: parsed, used: m.ObservedAt}
 	s.mu.Unlock()
 	if ttft != nil {
 		delta := ttft
-		if seen && prev.address == t.Address {
+		if prev != nil && prev.buckets != nil {
 			delta = bucketDelta(prev.buckets, ttft)
 		}
 		m.setTTFT(HistogramQuantile(0.5, delta), HistogramQuantile(0.99, delta))
 	}
 	return m, nil
+}
+
+// reuse returns the values of an answer that did not change since prev,
+// observed now: what parsing it again would give (its TTFT histogram did
+// not move, so there is no TTFT for the interval).
+func (s *Scrape) reuse(prev *scrapeState) BackendMetrics {
+	m := prev.m
+	m.ObservedAt = s.clock.Now()
+	return m
 }
 
 // ErrNoMetrics is returned (wrapped, with what was expected) by

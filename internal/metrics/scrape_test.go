@@ -331,6 +331,11 @@ func TestFresh(t *testing.T) {
 		{"far in the future", BackendMetrics{Has: FieldQueueDepth, ObservedAt: now.Add(3 * time.Second)}, false},
 		{"no time", BackendMetrics{Has: FieldQueueDepth}, false},
 		{"no values", BackendMetrics{ObservedAt: now}, false},
+		{"held: old but read again later on purpose", BackendMetrics{Has: FieldQueueDepth, ObservedAt: now.Add(-20 * time.Second), HeldUntil: now.Add(5 * time.Second)}, true},
+		{"held until just past, within the max age", BackendMetrics{Has: FieldQueueDepth, ObservedAt: now.Add(-20 * time.Second), HeldUntil: now.Add(-2 * time.Second)}, true},
+		{"held until long past", BackendMetrics{Has: FieldQueueDepth, ObservedAt: now.Add(-20 * time.Second), HeldUntil: now.Add(-2*time.Second - 1)}, false},
+		{"held before observed: ignored", BackendMetrics{Has: FieldQueueDepth, ObservedAt: now.Add(-3 * time.Second), HeldUntil: now.Add(-10 * time.Second)}, false},
+		{"held, observed far in the future", BackendMetrics{Has: FieldQueueDepth, ObservedAt: now.Add(3 * time.Second), HeldUntil: now.Add(10 * time.Second)}, false},
 	}
 	for _, tt := range tests {
 		if got := tt.m.Fresh(now, 2*time.Second); got != tt.want {

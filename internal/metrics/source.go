@@ -96,17 +96,31 @@ type BackendMetrics struct {
 	// ObservedAt is when the values were measured: the scrape's time, or
 	// the sample's timestamp in Prometheus.
 	ObservedAt time.Time
+	// HeldUntil, if after ObservedAt, says that the reader reads this
+	// backend less often on purpose (it backed off while the backend was
+	// idle and its values did not change) and reads it again by then: the
+	// values count as current until HeldUntil and age from there, so a
+	// back-off does not make them stale. Zero: they age from ObservedAt.
+	HeldUntil time.Time
 }
 
 // Fresh reports whether the metrics were observed no longer than maxAge
 // before now (and not in the future by more than maxAge, which would be a
-// clock fault). Stale metrics must be treated as missing.
+// clock fault), where a HeldUntil after ObservedAt counts as the time of
+// observation: a reader that backed off is due to read again by then.
+// Stale metrics must be treated as missing. Pure.
 func (m BackendMetrics) Fresh(now time.Time, maxAge time.Duration) bool {
 	if m.ObservedAt.IsZero() || m.Has == 0 {
 		return false
 	}
-	age := now.Sub(m.ObservedAt)
-	return age <= maxAge && age >= -maxAge
+	if now.Sub(m.ObservedAt) < -maxAge {
+		return false
+	}
+	ref := m.ObservedAt
+	if m.HeldUntil.After(ref) {
+		ref = m.HeldUntil
+	}
+	return now.Sub(ref) <= maxAge
 }
 
 // set stores v as the value of f if v is a usable number: finite and not

@@ -1,0 +1,423 @@
+package idlebench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	streamingbench "github.com/tidegpu/tidegpu/bench/streaming"
+)
+
+const (
+	// longEnv=1 runs the measured variant: settle 40 s (the back-off
+	// reaches its caps), then a 30 s window, 3 repetitions, and asserts
+	// the headline (the gateway with 10 backends under 0.2 % of a core).
+	longEnv = "TIDEGPU_BENCH_IDLE"
+	repsEnv = "TIDEGPU_IDLE_REPS"
+	// binEnv is a prebuilt tidegpu binary (default: go build ./cmd/tidegpu),
+	// e.g. an older one, to measure what a change saves.
+	binEnv = "TIDEGPU_BIN"
+	// noAssertEnv=1 reports without asserting (for an older binary).
+	noAssertEnv = "TIDEGPU_IDLE_NO_ASSERT"
+)
+
+// Headline bounds: idle CPU of the gateway with 10 backends, in percent of
+// one core. The short variant's window is too short for the headline
+// (one clock tick is 0.1 % of 10 s) and its back-off has not reached its
+// caps: it only catches a gateway that reads its backends at full rate
+// while idle (about 4 % before the back-off).
+const (
+	headlinePercent = 0.2
+	shortPercent    = 2.0
+)
+
+func TestIdleCPU(t *testing.T) {
+	long := os.Getenv(longEnv) == "1"
+	settle, window, reps := 3*time.Second, 10*time.Second, 1
+	if long {
+		settle, window, reps = 40*time.Second, 30*time.Second, 3
+	}
+	if v := os.Getenv(repsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 20 {
+			t.Fatalf("%s=%q: want 1..20", repsEnv, v)
+		}
+		reps = n
+	}
+	inproc := os.Getenv(inprocEnv) == "1"
+	bin := os.Args[0]
+	if !inproc {
+		bin = tidegpuBinary(t)
+	}
+	// child starts a simulator or a gateway: the tidegpu binary, or this
+	// test binary in a child role.
+	child := func(t *testing.T, logPath string, role string, args ...string) *proc {
+		if inproc {
+			return startEnv(t, logPath, []string{childEnv + "=" + strings.Join(append([]string{role}, args...), " ")}, bin)
+		}
+		return start(t, logPath, bin, append([]string{role}, args...)...)
+	}
+	tmp := t.TempDir()
+	const nSims = 10
+	var sims []string
+	var simProcs []*proc
+	for i := range nSims {
+		addr := freeAddr(t)
+		var pr *proc
+		if inproc {
+			pr = child(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), "sim", addr)
+		} else {
+			pr = start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
+				"--ttft", "5ms", "--token-time", "1ms", "--output-tokens", "3", "--instance-id", fmt.Sprintf("sim-%d", i))
+		}
+		waitHTTP(t, pr, "http://"+addr+"/healthz")
+		sims = append(sims, addr)
+		simProcs = append(simProcs, pr)
+	}
+	type target struct {
+		name  string
+		n     int // backends
+		start func(t *testing.T, backends []string) (addr string, pr *proc)
+	}
+	gw := func(t *testing.T, backends []string) (string, *proc) {
+		addr, admin := freeAddr(t), freeAddr(t)
+		var pr *proc
+		if inproc {
+			pr = child(t, filepath.Join(t.TempDir(), "gateway.log"), "gateway", append([]string{addr, admin}, backends...)...)
+		} else {
+			args := []string{"gateway", "--addr", addr, "--admin-addr", admin, "--log-level", "warn"}
+			for _, s := range backends {
+				args = append(args, "--backend", "http://"+s)
+			}
+			pr = start(t, filepath.Join(t.TempDir(), "gateway.log"), bin, args...)
+		}
+		waitHTTP(t, pr, "http://"+admin+"/healthz")
+		return addr, pr
+	}
+	var kinds []target
+	kinds = append(kinds, target{name: "gateway", start: gw})
+	if nginx := lookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
+		kinds = append(kinds, target{name: "nginx", start: func(t *testing.T, backends []string) (string, *proc) {
+			addr, dir := freeAddr(t), t.TempDir()
+			cfg := filepath.Join(dir, "nginx.conf")
+			if err := os.WriteFile(cfg, []byte(streamingbench.NginxConfig(dir, addr, backends)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			pr := start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
+			waitTCP(t, pr, addr)
+			return addr, pr
+		}})
+	} else {
+		t.Log("nginx not found (Debian package nginx): skipped")
+	}
+	if haproxy := lookBin("haproxy", "/usr/sbin/haproxy"); haproxy != "" {
+		hap := func(checks bool) func(t *testing.T, backends []string) (string, *proc) {
+			return func(t *testing.T, backends []string) (string, *proc) {
+				addr, dir := freeAddr(t), t.TempDir()
+				c := streamingbench.HAProxyConfig(addr, backends)
+				if checks {
+					c = WithChecks(c, time.Second) // as often as the gateway's base probe interval
+				}
+				cfg := filepath.Join(dir, "haproxy.cfg")
+				if err := os.WriteFile(cfg, []byte(c), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				pr := start(t, filepath.Join(dir, "out.log"), haproxy, "-db", "-f", cfg)
+				waitTCP(t, pr, addr)
+				return addr, pr
+			}
+		}
+		kinds = append(kinds, target{name: "haproxy", start: hap(false)}, target{name: "haproxy-check", start: hap(true)})
+	} else {
+		t.Log("haproxy not found (Debian package haproxy): skipped")
+	}
+	var targets []target
+	for _, n := range []int{2, 10} {
+		for _, k := range kinds {
+			k.n = n
+			targets = append(targets, k)
+		}
+	}
+
+	if inproc {
+		t.Logf("in-process roles (%s=1): this test binary as the gateway and the simulators", inprocEnv)
+	}
+	t.Logf("machine: %d CPUs, shared; load average at start %s", runtime.NumCPU(), loadavg())
+	t.Logf("%d simulators; every target started at once, warmed up with 4 requests, idle %v, then measured over the same %v window", nSims, settle, window)
+	results := map[string][]float64{} // name/n → idle CPU % per repetition
+	var simCPU []float64
+	for rep := range reps {
+		procs := make([]*proc, len(targets))
+		for i, tg := range targets {
+			addr, pr := tg.start(t, sims[:tg.n])
+			for j := range 4 {
+				if err := generate(addr, j); err != nil {
+					t.Fatalf("%s with %d backends: warm-up request: %v", tg.name, tg.n, err)
+				}
+			}
+			procs[i] = pr
+		}
+		time.Sleep(settle) // idleness itself is the condition: nothing to poll for
+		c0 := make([]int64, len(procs))
+		for i, pr := range procs {
+			c0[i] = cpuTicks(pr.pid)
+		}
+		var s0 int64
+		for _, sp := range simProcs {
+			s0 += cpuTicks(sp.pid)
+		}
+		time.Sleep(window) // the measurement window
+		for i, pr := range procs {
+			key := fmt.Sprintf("%s/%d", targets[i].name, targets[i].n)
+			v := CPUPercent(cpuTicks(pr.pid)-c0[i], window)
+			results[key] = append(results[key], v)
+			t.Logf("rep %d: %-14s %2d backends: idle CPU %.3f %% of a core", rep+1, targets[i].name, targets[i].n, v)
+		}
+		var s1 int64
+		for _, sp := range simProcs {
+			s1 += cpuTicks(sp.pid)
+		}
+		simCPU = append(simCPU, CPUPercent(s1-s0, window)/nSims)
+		for _, pr := range procs {
+			pr.stop()
+		}
+	}
+	t.Logf("load average at end %s", loadavg())
+
+	var b strings.Builder
+	b.WriteString("\n| backends | target | idle CPU, % of a core (min–max, reps) |\n| ---: | --- | ---: |\n")
+	for _, tg := range targets {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", tg.n, tg.name, Span(results[fmt.Sprintf("%s/%d", tg.name, tg.n)], "%.3f"))
+	}
+	fmt.Fprintf(&b, "\neach simulator meanwhile (all targets reading it): %s %% of a core\n", Span(simCPU, "%.3f"))
+	t.Log(b.String())
+
+	if os.Getenv(noAssertEnv) == "1" {
+		return
+	}
+	bound := shortPercent
+	if long {
+		bound = headlinePercent
+	}
+	for _, v := range results["gateway/10"] {
+		if v >= bound {
+			t.Errorf("gateway with 10 idle backends: %.3f %% of a core, want under %.1f %%", v, bound)
+		}
+	}
+}
+
+// generate sends one small generation to addr.
+func generate(addr string, i int) error {
+	body := fmt.Sprintf(`{"model":"qwen2:0.5b","stream":false,"messages":[{"role":"user","content":"warm up %d"}]}`, i)
+	c := &http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Post("http://"+addr+"/api/chat", "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s: %s", resp.Status, bytes.TrimSpace(buf.Bytes()))
+	}
+	return nil
+}
+
+// cpuTicks is the user+system time of pid and its direct children.
+func cpuTicks(pid int) int64 {
+	var total int64
+	for _, p := range family(pid) {
+		st, err := stat(p)
+		if err != nil || len(st) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(st[11], 10, 64) // field 14, utime
+		s, _ := strconv.ParseInt(st[12], 10, 64) // field 15, stime
+		total += u + s
+	}
+	return total
+}
+
+// family is pid and its direct children (nginx's workers).
+func family(pid int) []int {
+	out := []int{pid}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil || c == pid {
+			continue
+		}
+		if st, err := stat(c); err == nil && len(st) > 1 && st[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// stat returns the fields of /proc/pid/stat after the command, from field
+// 3 (state) on.
+func stat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, errors.New("bad stat")
+	}
+	return strings.Fields(string(b[i+1:])), nil
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// proc is a started process, in its own process group.
+type proc struct {
+	pid  int
+	done chan struct{}
+	log  string
+	once sync.Once
+	cmd  *exec.Cmd
+}
+
+func (p *proc) stop() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
+func start(t *testing.T, logPath, bin string, args ...string) *proc {
+	t.Helper()
+	return startEnv(t, logPath, nil, bin, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func startEnv(t *testing.T, logPath string, env []string, bin string, args ...string) *proc {
+	t.Helper()
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	p := &proc{pid: cmd.Process.Pid, done: make(chan struct{}), log: logPath, cmd: cmd}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) fail(t *testing.T, what string) {
+	t.Helper()
+	out, _ := os.ReadFile(p.log)
+	t.Fatalf("%s: %s; output:\n%s", p.cmd.Path, what, out)
+}
+
+// waitHTTP polls url until it answers 200, within 30 s.
+func waitHTTP(t *testing.T, p *proc, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.exited() {
+			p.fail(t, "exited")
+		}
+		if time.Now().After(deadline) {
+			p.fail(t, "not answering "+url)
+		}
+		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
+// waitTCP polls addr until it accepts, within 30 s.
+func waitTCP(t *testing.T, p *proc, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if p.exited() {
+			p.fail(t, "exited")
+		}
+		if time.Now().After(deadline) {
+			p.fail(t, "not listening on "+addr)
+		}
+		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func lookBin(name, fallback string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat(fallback); err == nil {
+		return fallback
+	}
+	return ""
+}
+
+// tidegpuBinary builds ./cmd/tidegpu once, or takes $TIDEGPU_BIN.
+func tidegpuBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv(binEnv); b != "" {
+		return b
+	}
+	out := filepath.Join(t.TempDir(), "tidegpu")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/tidegpu")
+	cmd.Dir = filepath.Join("..", "..")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/tidegpu: %v\n%s", err, b)
+	}
+	return out
+}
