@@ -50,8 +50,8 @@ func decodeAll(in []byte, step int) (data []byte, done bool, trailer http.Header
 func TestChunkDecoder(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, data string
-		trailer         http.Header
-		err             error // nil: decodes to the end
+		trailer        http.Header
+		err            error // nil: decodes to the end
 	}{
 		{"one chunk", "5\r\nhello\r\n0\r\n\r\n", "hello", nil, nil},
 		{"several", "3\r\nabc\r\n1\r\nd\r\n0\r\n\r\n", "abcd", nil, nil},
