@@ -32,22 +32,35 @@ type Body struct {
 	dec   chunkDecoder
 	reuse bool
 	err   error // sticky: io.EOF at the end, or the failure
+	out   int   // bytes the last Next returned, not yet taken
 }
 
 // Next returns the next bytes of the body, waiting for them without
 // holding a buffer; they are valid until the next call. At the end it
 // returns io.EOF (with the trailers set in Response.Trailer).
 func (b *Body) Next() ([]byte, error) {
+	b.settle()
 	p, err := b.peek()
 	if err != nil {
 		return nil, err
 	}
-	b.take(len(p))
+	// Handed on at the next call, not now: taking them may give the
+	// buffer back to the pool while the caller still writes them.
+	b.out = len(p)
 	return p, nil
+}
+
+// settle takes the bytes the last Next returned.
+func (b *Body) settle() {
+	if n := b.out; n > 0 {
+		b.out = 0
+		b.take(n)
+	}
 }
 
 // Read implements io.Reader.
 func (b *Body) Read(p []byte) (int, error) {
+	b.settle()
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -198,6 +211,7 @@ func (b *Body) fail(err error) {
 
 // Close ends the body; before its end, the connection is closed.
 func (b *Body) Close() error {
+	b.settle()
 	if b.err == nil {
 		b.fail(errors.New("h1: body closed"))
 	}
