@@ -19,7 +19,6 @@ import (
 	"github.com/rs/cors"
 	"k8s.io/utils/clock"
 
-	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 )
 
@@ -213,7 +212,6 @@ type Gateway struct {
 	prefix        *PrefixAware // g.policy, if it is one: it gets the prompt
 	transport     http.RoundTripper
 	ownTransport  *http.Transport
-	h1            *h1.Client // the proxied requests' client (backend.go); nil: transport
 	probeOnce     sync.Once
 	probeRT       http.RoundTripper
 	clock         clock.Clock
@@ -476,10 +474,6 @@ func New(opts Options) (*Gateway, error) {
 	if g.transport == nil {
 		g.ownTransport = newTransport(cmp(opts.DialTimeout, DefaultDialTimeout), opts.ResponseHeaderTimeout)
 		g.transport = g.ownTransport
-		if backendClient == "h1" {
-			g.h1 = newBackendClient(cmp(opts.DialTimeout, DefaultDialTimeout), opts.ResponseHeaderTimeout)
-			g.transport = g.h1
-		}
 	}
 	g.table.Store(emptyTable)
 	if opts.Registry != nil {
@@ -561,9 +555,6 @@ func (g *Gateway) Close() {
 		g.metrics.unregister()
 		if g.ownTransport != nil {
 			g.ownTransport.CloseIdleConnections()
-		}
-		if g.h1 != nil {
-			g.h1.Close()
 		}
 	})
 }

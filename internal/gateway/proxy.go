@@ -24,8 +24,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // route maps a client path to the backend path: a path ending in
@@ -543,19 +541,13 @@ func (e *exchange) commit(a *attempt) {
 			rc = nil // a wrapping writer that cannot flush: copy unflushed
 		}
 	}
-	// A stream from the h1 client is read without a buffer of ours: Next
-	// waits for the next bytes holding none and hands out its own.
-	src, _ := resp.Body.(*h1.Body)
-	var buf []byte
-	if src == nil || rc == nil {
-		pool := &copyBufPool
-		if rc != nil {
-			pool = &streamBufPool
-		}
-		bufp := pool.Get().(*[]byte)
-		defer pool.Put(bufp)
-		buf = *bufp
+	pool := &copyBufPool
+	if rc != nil {
+		pool = &streamBufPool
 	}
+	bufp := pool.Get().(*[]byte)
+	defer pool.Put(bufp)
+	buf := *bufp
 	// idle cancels the attempt when the backend falls silent; it runs only
 	// while a read waits, so a slow client is not taken for a silent backend.
 	var idle *time.Timer
@@ -568,24 +560,16 @@ func (e *exchange) commit(a *attempt) {
 		if idle != nil {
 			idle.Reset(g.streamIdle)
 		}
-		var p []byte
-		var rerr error
-		if buf == nil {
-			p, rerr = src.Next()
-		} else {
-			var n int
-			n, rerr = resp.Body.Read(buf)
-			p = buf[:n]
-		}
+		n, rerr := resp.Body.Read(buf)
 		if idle != nil {
 			idle.Stop()
 		}
-		if len(p) > 0 {
+		if n > 0 {
 			var werr error
 			if strip != nil {
-				werr = strip.write(e.w, p)
+				werr = strip.write(e.w, buf[:n])
 			} else {
-				_, werr = e.w.Write(p)
+				_, werr = e.w.Write(buf[:n])
 			}
 			if werr != nil {
 				return // the client went away; not the backend's fault
