@@ -1,0 +1,409 @@
+// Package h1 is a minimal HTTP/1.1 client for a reverse proxy's backend
+// connections. net/http's Transport runs two goroutines per connection (a
+// read loop and a write loop) and keeps a read and a write buffer per
+// connection for its whole life; for a proxy of long token streams, where
+// every open stream holds a backend connection for minutes, those are most
+// of the proxy's memory per stream (BENCHMARKS.md, "Long streams"). This
+// client runs no goroutine of its own per connection: the request is
+// written with one write from the goroutine of the caller, which also
+// reads the response, and a connection holds a read buffer only while it
+// has bytes not yet handed on: between tokens it holds none (it waits for
+// the socket to become readable through syscall.RawConn, the runtime's
+// poller, without a buffer).
+//
+// What it does not do, by design (the gateway needs none of it): HTTP/2,
+// TLS, proxies, compression, 100-continue, request trailers, request bodies
+// that are not in memory (ContentLength and the bytes must be known), and
+// reading a response while the request is still being written (a backend
+// that answers early and stops reading a large body blocks the write until
+// the request's context ends). Response trailers are read and set in
+// Response.Trailer at the end of the body, as net/http does.
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Client sends requests over keep-alive connections, pooled per address
+// (the request URL's host:port, plain HTTP only). It implements
+// http.RoundTripper for requests whose body is in memory. Its zero value is
+// not usable; use New.
+type Client struct {
+	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
+	headerTimeout time.Duration
+	idleTimeout   time.Duration
+	maxIdle       int
+
+	mu     sync.Mutex
+	idle   map[string][]*conn // LIFO per address
+	sweep  *time.Timer        // closes connections idle too long; nil when none idle
+	closed bool
+}
+
+// Options configures a Client.
+type Options struct {
+	// Dial connects to a backend (a net.Dialer's DialContext).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ResponseHeaderTimeout bounds the wait for the response headers after
+	// the request is written; 0 means none.
+	ResponseHeaderTimeout time.Duration
+	// IdleTimeout closes a pooled connection idle this long; 0 means 90 s.
+	IdleTimeout time.Duration
+	// MaxIdlePerHost bounds the pooled connections per address; 0 means 256.
+	MaxIdlePerHost int
+}
+
+// New returns a Client.
+func New(o Options) *Client {
+	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, idle: map[string][]*conn{}}
+	if c.dial == nil {
+		c.dial = (&net.Dialer{Timeout: 30 * time.Second}).DialContext
+	}
+	if c.idleTimeout <= 0 {
+		c.idleTimeout = 90 * time.Second
+	}
+	if c.maxIdle <= 0 {
+		c.maxIdle = 256
+	}
+	return c
+}
+
+// checkAlive: a pooled connection idle at least this long is checked for
+// a close by the backend (one non-blocking peek) before it is used; a
+// fresher one is used as it is, and a stale one found only by the request
+// failing on it is retried once on a new connection.
+const checkAlive = time.Second
+
+var errHeaderTimeout = errors.New("h1: timeout awaiting response headers")
+
+var wbufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+var brPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, rawSize) }}
+
+// RoundTrip sends req and returns the response, whose Body reads from the
+// connection in the caller's goroutine (see Body). req.Body, if any, must
+// yield exactly req.ContentLength bytes. The request's context ending
+// closes the connection, which ends a wait for headers or a body read.
+func (cl *Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+		return nil, fmt.Errorf("h1: want an http:// URL with a host, got %v", req.URL)
+	}
+	ctx := req.Context()
+	wb := wbufPool.Get().(*bytes.Buffer)
+	wb.Reset()
+	defer func() {
+		if wb.Cap() <= 64<<10 {
+			wbufPool.Put(wb)
+		}
+	}()
+	if err := writeRequest(wb, req); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		c, reused, err := cl.get(ctx, req.URL.Host)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := cl.exchange(ctx, c, req, wb.Bytes())
+		if err == nil {
+			return resp, nil
+		}
+		stale := reused && c.got == 0 && isStale(err)
+		c.close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if stale && attempt == 0 {
+			continue // the backend had closed the idle connection: once more, on a new one
+		}
+		return nil, err
+	}
+}
+
+// exchange writes the request on c and reads the response headers.
+func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire []byte) (*http.Response, error) {
+	c.got = 0
+	c.watch(ctx)
+	if _, err := c.nc.Write(wire); err != nil {
+		return nil, err
+	}
+	if cl.headerTimeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(cl.headerTimeout))
+	}
+	// The first bytes of the answer are waited for without a buffer
+	// (the time to first token of a queued request can be long).
+	if err := c.readMore(); err != nil {
+		return nil, cl.headerErr(err)
+	}
+	br := brPool.Get().(*bufio.Reader)
+	br.Reset(connReader{c})
+	defer func() {
+		br.Reset(nil)
+		brPool.Put(br)
+	}()
+	var resp *http.Response
+	for {
+		var err error
+		resp, err = http.ReadResponse(br, req)
+		if err != nil {
+			return nil, cl.headerErr(err)
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		// 1xx informational answers precede the real one.
+	}
+	if cl.headerTimeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	// What bufio read past the headers goes back in front of c's buffer.
+	if n := br.Buffered(); n > 0 {
+		ahead, _ := br.Peek(n)
+		rest := c.buffered()
+		var nb *[]byte
+		if n+len(rest) <= rawSize {
+			nb = rawPool.Get().(*[]byte)
+		} else {
+			b := make([]byte, n+len(rest))
+			nb = &b
+		}
+		m := copy(*nb, ahead)
+		m += copy((*nb)[m:], rest)
+		c.release()
+		c.raw, c.r, c.w = nb, 0, m
+	}
+	b := &Body{c: c, cl: cl, resp: resp}
+	b.reuse = !resp.Close && !req.Close
+	switch {
+	case req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
+		resp.StatusCode == http.StatusNotModified:
+		b.kind = bodyNone
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		b.kind, b.reuse = bodyUntilEOF, false
+	case len(resp.TransferEncoding) > 0:
+		if len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+			return nil, fmt.Errorf("h1: unsupported transfer encoding %q", resp.TransferEncoding)
+		}
+		b.kind = bodyChunked
+	case resp.ContentLength >= 0:
+		b.kind, b.left = bodyLength, resp.ContentLength
+	default:
+		b.kind, b.reuse = bodyUntilEOF, false
+	}
+	resp.Body = b
+	if b.kind == bodyNone || (b.kind == bodyLength && b.left == 0) {
+		b.finish()
+	}
+	return resp, nil
+}
+
+func (cl *Client) headerErr(err error) error {
+	if errors.Is(err, errDeadline) {
+		return errHeaderTimeout
+	}
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// connReader feeds bufio from c's buffer during the header parse.
+type connReader struct{ c *conn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	c := r.c
+	if len(c.buffered()) == 0 {
+		if err := c.readMore(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, c.buffered())
+	c.consume(n)
+	return n, nil
+}
+
+// get returns a pooled connection to addr, or a new one.
+func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
+	for {
+		cl.mu.Lock()
+		stack := cl.idle[addr]
+		if len(stack) == 0 {
+			cl.mu.Unlock()
+			break
+		}
+		c := stack[len(stack)-1]
+		stack[len(stack)-1] = nil
+		cl.idle[addr] = stack[:len(stack)-1]
+		cl.mu.Unlock()
+		idle := time.Since(c.idleSince)
+		if idle < cl.idleTimeout && (idle < checkAlive || c.alive()) {
+			return c, true, nil
+		}
+		c.close()
+	}
+	nc, err := cl.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return newConn(nc, addr), false, nil
+}
+
+// put pools c for the next request to its address.
+func (cl *Client) put(c *conn) {
+	c.idleSince = time.Now()
+	cl.mu.Lock()
+	if cl.closed || len(cl.idle[c.addr]) >= cl.maxIdle {
+		cl.mu.Unlock()
+		c.close()
+		return
+	}
+	cl.idle[c.addr] = append(cl.idle[c.addr], c)
+	if cl.sweep == nil {
+		cl.sweep = time.AfterFunc(cl.idleTimeout/2, cl.sweepIdle)
+	}
+	cl.mu.Unlock()
+}
+
+// sweepIdle closes the connections idle longer than the idle timeout, so
+// that those to a backend no longer used do not stay open.
+func (cl *Client) sweepIdle() {
+	now := time.Now()
+	var old []*conn
+	cl.mu.Lock()
+	for addr, stack := range cl.idle {
+		i := 0
+		for i < len(stack) && now.Sub(stack[i].idleSince) >= cl.idleTimeout {
+			i++
+		}
+		if i > 0 {
+			old = append(old, stack[:i]...)
+			stack = append(stack[:0], stack[i:]...)
+		}
+		if len(stack) == 0 {
+			delete(cl.idle, addr)
+		} else {
+			cl.idle[addr] = stack
+		}
+	}
+	if len(cl.idle) > 0 && !cl.closed {
+		cl.sweep.Reset(cl.idleTimeout / 2)
+	} else {
+		cl.sweep = nil
+	}
+	cl.mu.Unlock()
+	for _, c := range old {
+		c.close()
+	}
+}
+
+// CloseIdleConnections closes the pooled connections.
+func (cl *Client) CloseIdleConnections() {
+	cl.mu.Lock()
+	var all []*conn
+	for _, stack := range cl.idle {
+		all = append(all, stack...)
+	}
+	clear(cl.idle)
+	cl.mu.Unlock()
+	for _, c := range all {
+		c.close()
+	}
+}
+
+// Close closes the pooled connections; connections in use are closed when
+// their response ends instead of being pooled.
+func (cl *Client) Close() {
+	cl.mu.Lock()
+	cl.closed = true
+	if cl.sweep != nil {
+		cl.sweep.Stop()
+		cl.sweep = nil
+	}
+	cl.mu.Unlock()
+	cl.CloseIdleConnections()
+}
+
+// Idle returns the number of pooled connections (for tests and metrics).
+func (cl *Client) Idle() int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	n := 0
+	for _, s := range cl.idle {
+		n += len(s)
+	}
+	return n
+}
+
+// writeRequest appends the request's wire form to wb: request line, Host,
+// the headers (a User-Agent of "" is left out, as net/http does),
+// Content-Length, and the body.
+func writeRequest(wb *bytes.Buffer, req *http.Request) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	uri := req.URL.RequestURI()
+	if !validLine(req.Method) || !validLine(uri) || !validLine(host) {
+		return errors.New("h1: request line or Host contains a control character")
+	}
+	wb.WriteString(req.Method)
+	wb.WriteByte(' ')
+	wb.WriteString(uri)
+	wb.WriteString(" HTTP/1.1\r\nHost: ")
+	wb.WriteString(host)
+	wb.WriteString("\r\n")
+	if ua := req.Header["User-Agent"]; len(ua) > 0 && ua[0] != "" {
+		wb.WriteString("User-Agent: ")
+		wb.WriteString(ua[0])
+		wb.WriteString("\r\n")
+	}
+	if err := req.Header.WriteSubset(wb, excluded); err != nil {
+		return err
+	}
+	n := req.ContentLength
+	if n > 0 || (n == 0 && needsLength(req.Method)) {
+		wb.WriteString("Content-Length: ")
+		wb.WriteString(strconv.FormatInt(n, 10))
+		wb.WriteString("\r\n")
+	}
+	if req.Close {
+		wb.WriteString("Connection: close\r\n")
+	}
+	wb.WriteString("\r\n")
+	if n > 0 {
+		if req.Body == nil {
+			return errors.New("h1: ContentLength > 0 without a Body")
+		}
+		wb.Grow(int(n))
+		m, err := io.CopyN(wb, req.Body, n)
+		if err != nil {
+			return fmt.Errorf("h1: reading the request body (%d of %d bytes): %w", m, n, err)
+		}
+	}
+	return nil
+}
+
+var excluded = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true, "Connection": true}
+
+func needsLength(method string) bool {
+	return method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
+}
+
+func validLine(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return s != ""
+}

@@ -1,0 +1,205 @@
+package h1
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// rawSize is a connection's read buffer. A connection holds one only while
+// it has bytes not yet handed on: between reads it holds none.
+const rawSize = 4 << 10
+
+var rawPool = sync.Pool{New: func() any { b := make([]byte, rawSize); return &b }}
+
+// conn is one backend connection. Its reads happen in the goroutine of the
+// request that holds it; cancel closes it from any goroutine.
+type conn struct {
+	nc   net.Conn
+	rc   syscall.RawConn // nil: not a socket; reads go through nc
+	addr string
+
+	// raw[r:w] are the bytes read and not yet handed on; raw is nil when
+	// there are none (and the buffer is back in rawPool).
+	raw  *[]byte
+	r, w int
+	// got counts the bytes read on this connection for the current request
+	// (0: the request may be retried on a fresh connection if this one was
+	// a stale keep-alive connection).
+	got int
+
+	// State of one read through rc (see readMore), kept here so that the
+	// function passed to RawConn.Read is made once per connection.
+	readFn  func(fd uintptr) bool
+	readN   int
+	readErr error
+
+	idleSince time.Time
+	stop      func() bool // stops the cancellation of the current request
+	closeFn   func()      // nc.Close, made once
+}
+
+func newConn(nc net.Conn, addr string) *conn {
+	c := &conn{nc: nc, addr: addr}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc = rc
+			c.readFn = c.read
+		}
+	}
+	c.closeFn = func() { _ = c.nc.Close() }
+	return c
+}
+
+// watch closes the connection when ctx is done, until stopped.
+func (c *conn) watch(ctx context.Context) {
+	c.stop = context.AfterFunc(ctx, c.closeFn)
+}
+
+// unwatch stops the watch; false if it fired (the connection is closed or
+// closing).
+func (c *conn) unwatch() bool {
+	if c.stop == nil {
+		return true
+	}
+	ok := c.stop()
+	c.stop = nil
+	return ok
+}
+
+func (c *conn) close() {
+	c.unwatch()
+	_ = c.nc.Close()
+	c.release()
+}
+
+// buffered returns the bytes read and not yet handed on.
+func (c *conn) buffered() []byte {
+	if c.raw == nil {
+		return nil
+	}
+	return (*c.raw)[c.r:c.w]
+}
+
+// consume hands on n buffered bytes; the buffer goes back to the pool once
+// it is empty.
+func (c *conn) consume(n int) {
+	c.r += n
+	if c.r == c.w {
+		c.release()
+	}
+}
+
+func (c *conn) release() {
+	if c.raw != nil {
+		if cap(*c.raw) == rawSize {
+			rawPool.Put(c.raw)
+		}
+		c.raw, c.r, c.w = nil, 0, 0
+	}
+}
+
+// readMore reads at least one more byte after the buffered ones, waiting
+// for them. While nothing is buffered it waits without a buffer: one is
+// taken from the pool only when bytes have arrived. It fails when the
+// buffer is full (a line longer than it) and at the end of the stream
+// (io.EOF).
+func (c *conn) readMore() error {
+	if c.raw != nil && c.r > 0 {
+		// Move what is left to the front.
+		n := copy(*c.raw, (*c.raw)[c.r:c.w])
+		c.r, c.w = 0, n
+	}
+	if c.raw != nil && c.w == len(*c.raw) {
+		return errLineTooLong
+	}
+	var n int
+	var err error
+	if c.rc != nil {
+		c.readN, c.readErr = 0, nil
+		if err = c.rc.Read(c.readFn); err == nil {
+			n, err = c.readN, c.readErr
+		}
+	} else {
+		if c.raw == nil {
+			c.raw = rawPool.Get().(*[]byte)
+		}
+		n, err = c.nc.Read((*c.raw)[c.w:])
+	}
+	if n > 0 {
+		c.w += n
+		c.got += n
+		return nil
+	}
+	if c.r == c.w {
+		c.release()
+	}
+	if err == nil {
+		err = io.EOF
+	}
+	return err
+}
+
+// read is the function given to RawConn.Read: one read(2), with a buffer
+// taken from the pool for it, given back if nothing came.
+func (c *conn) read(fd uintptr) bool {
+	if c.raw == nil {
+		c.raw = rawPool.Get().(*[]byte)
+	}
+	for {
+		n, err := syscall.Read(int(fd), (*c.raw)[c.w:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			if c.r == c.w {
+				c.release()
+			}
+			return false // wait until readable, then again
+		case err != nil:
+			c.readErr = wrapSyscall("read", err)
+		case n == 0:
+			c.readErr = io.EOF
+		default:
+			c.readN = n
+		}
+		return true
+	}
+}
+
+// alive reports, without blocking, whether an idle connection is still
+// open and has nothing unexpected to read.
+func (c *conn) alive() bool {
+	if c.rc == nil {
+		return true
+	}
+	ok := false
+	err := c.rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ok = n < 0 || (n == 0 && err == syscall.EAGAIN) || err == syscall.EAGAIN
+		return true
+	})
+	return err == nil && ok
+}
+
+// wrapSyscall names the failed call as net does.
+func wrapSyscall(op string, err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return &net.OpError{Op: op, Net: "tcp", Err: &osSyscallError{op, errno}}
+	}
+	return err
+}
+
+type osSyscallError struct {
+	call string
+	err  syscall.Errno
+}
+
+func (e *osSyscallError) Error() string { return e.call + ": " + e.err.Error() }
+func (e *osSyscallError) Unwrap() error { return e.err }
