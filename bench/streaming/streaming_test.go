@@ -36,7 +36,7 @@ const (
 
 // maxGatewayKBPerStream is the regression guard on the gateway's resident
 // memory per open stream at N >= 1,000 in the long variant.
-const maxGatewayKBPerStream = 75
+const maxGatewayKBPerStream = 75.0
 
 // params is one variant's load.
 type params struct {
