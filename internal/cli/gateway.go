@@ -99,7 +99,8 @@ Each --backend is http://host:port. The backends form the pool "static" and get
 the IDs static-0, static-1, ... in the order given; every response names the
 one that answered in its X-Tidegpu-Backend header. The gateway sends each
 request to one backend by --policy, retries requests that fail before any
-response on another backend, probes every backend with GET / each second and
+response on another backend, probes every backend with GET / each second (backing off to
+every 30 s while a backend idles unchanged; a request answered counts as a probe) and
 stops sending to one that does not answer. It routes /ollama-chat to the
 backend's /api/chat and passes /, /api/* and /v1/* through.
 

@@ -273,10 +273,11 @@ func commonBasis(loads []Load) Basis {
 // signals all candidates have, or near it (see leastCost), the one with
 // the fewest requests in flight, ties broken at random. Score is the
 // expected cost of one more request — paced by the backend's measured
-// latency, a request inside a free batch slot costing 1/B and one that
-// would queue a whole unit — so a backend three times slower gets a
-// request only when the faster ones are three times as loaded: queueing,
-// not while they have free slots. Unlike P2C, which compares two random
+// latency, a request inside a free batch slot costing s/B (s the batch's
+// slowdown, fullBatchSlowdown) and one that would queue a whole unit —
+// so a backend three times slower gets a request only when the faster
+// ones are three times as loaded: queueing, not while they have free
+// slots. Unlike P2C, which compares two random
 // candidates, it scans all (pools are tens of backends); the gateway's
 // in-flight count, part of every score and current at each pick, and the
 // tolerance keep it from herding on one backend between metrics reads.
