@@ -385,7 +385,13 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	defer stopBusy()
 	if keys != nil {
 		// API keys and their limits in front of everything else.
-		mw, err := tenant.Middleware(handler, keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg})
+		var spend tenant.Spend // the keys' monthly budgets: from the operator's acknowledgements
+		if reporter != nil {
+			spend = reporter
+		} else if len(keys.Budgets()) > 0 {
+			logger.Warn("the keys file gives monthlyBudget, but without --report-usage-to this replica has no spend to hold it against, so budgets are not enforced: point --report-usage-to at the operator's admin API")
+		}
+		mw, err := tenant.Middleware(handler, keys, tenant.Options{ParseUsage: usage.ParseUsage, Registerer: reg, Spend: spend})
 		if err != nil {
 			return fmt.Errorf("--keys-file: %w", err)
 		}

@@ -226,16 +226,33 @@ type SpendCache struct {
 
 // MonthSpend implements tenant.Spend.
 func (c *SpendCache) MonthSpend(tenant string, now time.Time) (*big.Rat, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshLocked(now)
+	return big.NewRat(c.spent[tenant], 1e9), true
+}
+
+// All returns every tenant's spend this month in nano-dollars (a copy), as
+// the operator hands it to the gateway replicas (usage.Ingest.ShareSpend).
+func (c *SpendCache) All(now time.Time) map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshLocked(now)
+	out := make(map[string]int64, len(c.spent))
+	for t, v := range c.spent {
+		out[t] = v
+	}
+	return out
+}
+
+func (c *SpendCache) refreshLocked(now time.Time) {
 	ttl := c.TTL
 	if ttl <= 0 {
 		ttl = time.Second
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.spent == nil || now.Sub(c.at) >= ttl || now.Before(c.at) || !cost.MonthWindow(now).From.Equal(cost.MonthWindow(c.at).From) {
 		month := cost.MonthWindow(now)
 		c.spent = SpendUSD(c.Ledger.TenantCosts(cost.Window{From: month.From, To: now}, now))
 		c.at = now
 	}
-	return big.NewRat(c.spent[tenant], 1e9), true
 }

@@ -155,6 +155,9 @@ func Run(ctx context.Context, o Options) error {
 	// They are taken only where the ledger is kept: on the leader, once
 	// the ledger is restored.
 	ingest := usage.NewIngest(ledger, nil, o.Logger)
+	// Each acknowledgement carries the tenants' spend this month, so that
+	// the replicas hold the keys' monthly budgets.
+	ingest.ShareSpend((&costreport.SpendCache{Ledger: ledger}).All)
 	var ledgerReady atomic.Bool
 	ingest.Gate(ledgerReady.Load)
 	if err := ingest.Register(crmetrics.Registry); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Batch is what a gateway replica sends to the operator (POST
@@ -57,7 +58,16 @@ type Ack struct {
 	Seq     uint64 `json:"seq"`
 	// Duplicate: the batch had been counted already.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Month (UTC, "2006-01") and Spend: every tenant's spend that month
+	// in the operator's ledger, in nano-dollars, when the operator shares
+	// it (Ingest.ShareSpend), so that a replica holds the keys' monthly
+	// budgets (Reporter.MonthSpend). An older operator sends neither.
+	Month string           `json:"month,omitempty"`
+	Spend map[string]int64 `json:"spend,omitempty"`
 }
+
+// monthOf names t's UTC month as Ack.Month does.
+func monthOf(t time.Time) string { return t.UTC().Format("2006-01") }
 
 // Limits of a batch, so that one request cannot grow the ledger unbounded.
 const (

@@ -33,6 +33,7 @@ type Ingest struct {
 	log    *slog.Logger
 
 	ready   func() bool // nil: always
+	spend   func(now time.Time) map[string]int64
 	metrics *ingestMetrics
 
 	mu   sync.Mutex
@@ -44,6 +45,12 @@ type Ingest struct {
 // on an operator that is not the leader, or whose ledger is not yet
 // restored, a batch counted now would be lost. Call before serving.
 func (in *Ingest) Gate(ready func() bool) { in.ready = ready }
+
+// ShareSpend makes every acknowledgement carry the tenants' spend this
+// month as spend computes it (nano-dollars by tenant), so that the
+// replicas hold the keys' monthly budgets without a ledger of their own.
+// Call before serving.
+func (in *Ingest) ShareSpend(spend func(now time.Time) map[string]int64) { in.spend = spend }
 
 // Register adds the ingest's metrics to reg. Call before serving.
 func (in *Ingest) Register(reg prometheus.Registerer) error {
@@ -144,7 +151,12 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, in.Apply(b))
+	ack := in.Apply(b)
+	if in.spend != nil {
+		now := in.now()
+		ack.Month, ack.Spend = monthOf(now), in.spend(now)
+	}
+	writeJSON(w, http.StatusOK, ack)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

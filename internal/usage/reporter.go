@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -78,6 +79,9 @@ type Reporter struct {
 	seq    uint64           // of the last batch made
 	sent   *Batch           // made, not yet acknowledged
 	acked  uint64           // batches acknowledged
+	// The operator's last word on the tenants' spend (Ack.Month, Ack.Spend).
+	spendMonth string
+	spend      map[string]int64
 }
 
 type tokenKey struct{ backend, model string }
@@ -280,8 +284,28 @@ func (r *Reporter) send(ctx context.Context) error {
 		r.sent = nil
 		r.acked++
 	}
+	if ack.Month != "" {
+		r.spendMonth, r.spend = ack.Month, ack.Spend
+	}
 	r.mu.Unlock()
 	return nil
+}
+
+// MonthSpend implements the tenant middleware's Spend (tenant.Spend) on a
+// standalone replica: the tenant's spend this month as the operator last
+// acknowledged it. Spend only grows within a month, so the figure is a
+// lower bound that stays true all month: a tenant it puts over budget is
+// over budget. It lags by what the tenant spent since (about one batch
+// interval while the tenant sends requests). Unknown (false) before the
+// first acknowledgement of the month, or when the operator does not share
+// spend.
+func (r *Reporter) MonthSpend(tenant string, now time.Time) (*big.Rat, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.spendMonth == "" || r.spendMonth != monthOf(now) {
+		return nil, false
+	}
+	return big.NewRat(r.spend[tenant], 1e9), true
 }
 
 // post sends b and returns the operator's acknowledgement of it.
