@@ -327,7 +327,9 @@ func (r *Reporter) post(ctx context.Context, b *Batch) (Ack, error) {
 		return Ack{}, fmt.Errorf("sending usage batch %d to %s: %w", b.Seq, r.url, err)
 	}
 	defer resp.Body.Close()
-	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// An acknowledgement carries a figure per tenant (Ack.Spend): room for
+	// tens of thousands.
+	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if resp.StatusCode != http.StatusOK {
 		return Ack{}, fmt.Errorf("usage batch %d: %s answered %s: %s", b.Seq, r.url, resp.Status, bytes.TrimSpace(reply))
 	}
