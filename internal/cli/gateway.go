@@ -400,7 +400,20 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		reg.MustRegister(keysReload)
 		ticker := time.NewTicker(tenant.ReloadInterval)
 		defer ticker.Stop()
-		go keysReload.Run(srcCtx, ticker.C, mw.SetKeys)
+		apply := mw.SetKeys
+		if reporter != nil {
+			// The keys' budgets go to the operator with the usage, which
+			// alerts on them.
+			reporter.SetBudgets(keys.Budgets())
+			apply = func(ks *tenant.Keys) error {
+				if err := mw.SetKeys(ks); err != nil {
+					return err
+				}
+				reporter.SetBudgets(ks.Budgets())
+				return nil
+			}
+		}
+		go keysReload.Run(srcCtx, ticker.C, apply)
 	}
 	// No WriteTimeout: it would cut long generations (see package gateway).
 	srv := tuning.Server(handler)

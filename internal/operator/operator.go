@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) error {
 	if len(o.Alerts) > 0 {
 		// Budget alerts come from the leader's engines: followers record none.
 		n, err := notify.New(notify.Options{Sinks: o.Alerts, Logger: o.Logger,
-			Reasons: []string{notify.DefaultReason, costreport.ReasonReport}})
+			Reasons: []string{notify.DefaultReason, costreport.ReasonReport, costreport.ReasonTenantAlert}})
 		if err != nil {
 			return err
 		}
@@ -163,6 +163,17 @@ func Run(ctx context.Context, o Options) error {
 	if err := ingest.Register(crmetrics.Registry); err != nil {
 		return fmt.Errorf("usage ingest metrics: %w", err)
 	}
+	// The tenants' budgets come from the replicas' keys (their batches):
+	// the leader, which keeps the ledger, alerts on them.
+	go func() {
+		select {
+		case <-mgr.Elected():
+			costreport.WatchBudgets(ctx, clock.RealClock{}, 5*time.Second, ingest.Budgets, ledger, func(reason, msg string) {
+				rec.Eventf(events.TypeWarning, reason, "", "", "%s", msg)
+			})
+		case <-ctx.Done():
+		}
+	}()
 	if o.CostReport != costreport.Off && o.CostReport != "" {
 		// The leader keeps the ledger (the replicas' usage, with their
 		// tenants, reaches it): it alone reports.

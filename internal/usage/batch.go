@@ -22,6 +22,10 @@ type Batch struct {
 	// operator of an earlier release ignores them, and a replica of an
 	// earlier release sends none.
 	Uses []TenantUse `json:"uses,omitempty"`
+	// Budgets are the monthly budgets of the replica's keys by tenant
+	// (nano-dollars; Reporter.SetBudgets), so that the operator, which
+	// keeps the ledger and the webhooks, alerts on them (Ingest.Budgets).
+	Budgets map[string]int64 `json:"budgets,omitempty"`
 }
 
 // TenantUse is what one tenant's answers (with one set of key labels)
@@ -108,6 +112,15 @@ func ParseBatch(b []byte) (Batch, error) {
 		}
 		if u.Prompt < 0 || u.Completion < 0 || u.ReqNs < 0 {
 			errs = append(errs, fmt.Errorf("uses[%d]: counts must not be negative", i))
+		}
+	}
+	if len(bt.Budgets) > maxBatchEntries {
+		errs = append(errs, fmt.Errorf("budgets: at most %d tenants", maxBatchEntries))
+	}
+	for tn, v := range bt.Budgets {
+		if tn == "" || len(tn) > maxNameLen || v < 0 {
+			errs = append(errs, fmt.Errorf("budgets[%q]: want a tenant of 1-%d bytes and a budget not negative", tn, maxNameLen))
+			break
 		}
 	}
 	for i, t := range bt.Tokens {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"sync"
 	"time"
@@ -36,8 +37,9 @@ type Ingest struct {
 	spend   func(now time.Time) map[string]int64
 	metrics *ingestMetrics
 
-	mu   sync.Mutex
-	last map[string]replicaState // by replica id
+	mu      sync.Mutex
+	last    map[string]replicaState     // by replica id
+	budgets map[string]map[string]int64 // the budgets each replica last sent, by replica id
 }
 
 // Gate makes ServeHTTP refuse batches (503, closing the connection, so a
@@ -118,12 +120,42 @@ func (in *Ingest) Apply(b Batch) Ack {
 		in.ledger.AddBusy(p.Backend, time.Unix(0, p.From), time.Unix(0, p.To))
 	}
 	in.last[b.Replica] = replicaState{Seq: b.Seq, Seen: now.UnixNano()}
+	if b.Budgets != nil {
+		if in.budgets == nil {
+			in.budgets = map[string]map[string]int64{}
+		}
+		in.budgets[b.Replica] = b.Budgets
+	}
 	for id, s := range in.last {
 		if now.UnixNano()-s.Seen > int64(replicaTTL) {
 			delete(in.last, id)
+			delete(in.budgets, id)
 		}
 	}
 	return ack
+}
+
+// Budgets returns the tenants' monthly budgets in US dollars as the
+// replicas' keys give them: the smallest any replica sent last (replicas
+// share one keys Secret; while a change rolls out, the stricter holds).
+// It is what the operator's tenant budget alerts watch
+// (costreport.WatchBudgets).
+func (in *Ingest) Budgets() map[string]*big.Rat {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	least := map[string]int64{}
+	for _, m := range in.budgets {
+		for t, v := range m {
+			if o, ok := least[t]; !ok || v < o {
+				least[t] = v
+			}
+		}
+	}
+	out := make(map[string]*big.Rat, len(least))
+	for t, v := range least {
+		out[t] = big.NewRat(v, 1e9)
+	}
+	return out
 }
 
 // ServeHTTP takes one batch: POST, JSON, answered 200 with its Ack, or 400

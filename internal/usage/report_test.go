@@ -30,6 +30,9 @@ func TestParseBatch(t *testing.T) {
 		{`{"replica":"gw","seq":1,"tokens":[{"backend":"","model":"m","prompt":1}]}`, "tokens[0]"},
 		{`{"replica":"gw","seq":1,"tokens":[{"backend":"i","model":"m","prompt":-1}]}`, "must not be negative"},
 		{`{"replica":"gw","seq":1,"busy":[{"backend":"i","from":20,"to":10}]}`, "busy[0]"},
+		{`{"replica":"gw","seq":1,"budgets":{"team-a":5000000000}}`, ""},
+		{`{"replica":"gw","seq":1,"budgets":{"team-a":-1}}`, "budgets"},
+		{`{"replica":"gw","seq":1,"budgets":{"":1}}`, "budgets"},
 		{`{"replica":"gw","seq":-1}`, "not JSON"},
 		{`[`, "not JSON"},
 	}
@@ -44,6 +47,7 @@ func TestParseBatch(t *testing.T) {
 func FuzzParseBatch(f *testing.F) {
 	f.Add([]byte(`{"replica":"gw-0-ab","seq":1,"tokens":[{"backend":"i-1","model":"m","prompt":3,"completion":4}],"busy":[{"backend":"i-1","from":10,"to":20}]}`))
 	f.Add([]byte(`{"replica":"x","seq":18446744073709551615}`))
+	f.Add([]byte(`{"replica":"x","seq":1,"budgets":{"team-a":5000000000,"b":0}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		bt, err := ParseBatch(b)
 		if err != nil {
@@ -59,6 +63,11 @@ func FuzzParseBatch(f *testing.F) {
 		}
 		for _, p := range bt.Busy {
 			if p.To < p.From || p.From <= 0 {
+				t.Fatalf("accepted %q", b)
+			}
+		}
+		for tn, v := range bt.Budgets {
+			if tn == "" || v < 0 {
 				t.Fatalf("accepted %q", b)
 			}
 		}

@@ -82,6 +82,7 @@ type Reporter struct {
 	// The operator's last word on the tenants' spend (Ack.Month, Ack.Spend).
 	spendMonth string
 	spend      map[string]int64
+	budgets    map[string]int64 // the keys' monthly budgets, in every batch
 }
 
 type tokenKey struct{ backend, model string }
@@ -248,7 +249,7 @@ func (r *Reporter) batchLocked(now time.Time) *Batch {
 		return nil
 	}
 	r.seq++
-	b := &Batch{Replica: r.replica, Seq: r.seq, Busy: r.busy}
+	b := &Batch{Replica: r.replica, Seq: r.seq, Busy: r.busy, Budgets: r.budgets}
 	for _, tc := range r.tokens {
 		b.Tokens = append(b.Tokens, *tc)
 	}
@@ -289,6 +290,25 @@ func (r *Reporter) send(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// SetBudgets sets the keys' monthly budgets by tenant in US dollars (the
+// keys file's, again after each reload); every batch from now carries
+// them, so that the operator alerts on them.
+func (r *Reporter) SetBudgets(budgets map[string]*big.Rat) {
+	m := make(map[string]int64, len(budgets))
+	for t, b := range budgets {
+		n := new(big.Rat).Mul(b, big.NewRat(1e9, 1))
+		q := new(big.Int).Quo(n.Num(), n.Denom())
+		if !q.IsInt64() {
+			m[t] = 1<<63 - 1
+			continue
+		}
+		m[t] = q.Int64()
+	}
+	r.mu.Lock()
+	r.budgets = m
+	r.mu.Unlock()
 }
 
 // MonthSpend implements the tenant middleware's Spend (tenant.Spend) on a

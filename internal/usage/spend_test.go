@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -76,10 +77,22 @@ func TestReplicaHoldsBudgetsWithTheOperatorsSpend(t *testing.T) {
 	r.BusyStart("i-1", t0)
 	r.BusyEnd("i-1", t0.Add(20*time.Second))
 	r.AddUse("i-1", accModel, cost.Use{Tenant: "team-a", Prompt: 10, Completion: 20, Start: t0, End: t0.Add(20 * time.Second)})
+	r.SetBudgets(ks.Budgets()) // as tidegpu gateway does with its keys
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The operator learnt the budgets from the batch, and its tenant
+	// budget alerts (costreport.WatchBudgets on the leader) see team A
+	// over its budget and team B within.
+	budgets := in.Budgets()
+	if len(budgets) != 2 || budgets["team-a"].Cmp(big.NewRat(1, 1e6)) != 0 || budgets["team-b"].Cmp(big.NewRat(100, 1)) != 0 {
+		t.Fatalf("the operator's budgets %v", budgets)
+	}
+	alerts := costreport.BudgetAlerts(budgets, l, time.Now(), map[string]bool{})
+	if len(alerts) != 1 || !strings.Contains(alerts[0].Message, "team-a") {
+		t.Fatalf("the operator's tenant alerts: %+v, want one for team-a", alerts)
 	}
 	a, ok := r.MonthSpend("team-a", time.Now())
 	if !ok || a.Sign() <= 0 {
