@@ -63,9 +63,9 @@ func nextMonth(now time.Time) time.Time {
 	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 1, 0)
 }
 
-// Budgets returns each tenant's monthly budget in US dollars: the smallest
-// of its keys' monthlyBudget (tenants none of whose keys has one are
-// absent).
+// Budgets returns each tenant's monthly budget in US dollars (its keys
+// share one, see Parse; the smallest is taken all the same); tenants
+// without one are absent.
 func (ks *Keys) Budgets() map[string]*big.Rat {
 	out := map[string]*big.Rat{}
 	for _, k := range ks.keys {

@@ -42,9 +42,11 @@ func TestCheckBudget(t *testing.T) {
 	}
 }
 
+// A budget belongs to the tenant: a key without limits shares its
+// tenant's, and a tenant without one has none.
 func TestKeysBudgets(t *testing.T) {
 	ks, err := Parse([]byte(`keys:
-- {name: a1, sha256: ` + Hash("1") + `, tenant: a, limits: {monthlyBudget: "20"}}
+- {name: a1, sha256: ` + Hash("1") + `, tenant: a}
 - {name: a2, sha256: ` + Hash("2") + `, tenant: a, limits: {monthlyBudget: "7.5"}}
 - {name: b, sha256: ` + Hash("3") + `, tenant: b}
 `))
