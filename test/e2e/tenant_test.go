@@ -211,6 +211,16 @@ func TestGatewayKeysReloadAndTenantLimit(t *testing.T) {
 		resp := post(b)
 		return resp != nil && resp.StatusCode == http.StatusUnauthorized
 	})
+	// The sim listens (a static backend is eligible from the start, so a
+	// request sent before the sim is up would fail on it).
+	eventually(t, 60*time.Second, "the sim answers", func() bool {
+		resp, err := http.Get("http://" + simAddr + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	eventually(t, 30*time.Second, "the sim backend is eligible", func() bool {
 		resp, err := http.Get("http://" + admAddr + "/api/v1/backends")
 		if err != nil {
