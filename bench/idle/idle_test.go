@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
+	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,9 +23,8 @@ const (
 	// the headline (the gateway with 10 backends under 0.2 % of a core).
 	longEnv = "TIDEGPU_BENCH_IDLE"
 	repsEnv = "TIDEGPU_IDLE_REPS"
-	// binEnv is a prebuilt tidegpu binary (default: go build ./cmd/tidegpu),
-	// e.g. an older one, to measure what a change saves.
-	binEnv = "TIDEGPU_BIN"
+	// A prebuilt tidegpu binary (peer.BinEnv, TIDEGPU_BIN; default: go
+	// build ./cmd/tidegpu), e.g. an older one, measures what a change saves.
 	// noAssertEnv=1 reports without asserting (for an older binary).
 	noAssertEnv = "TIDEGPU_IDLE_NO_ASSERT"
 )
@@ -59,41 +55,41 @@ func TestIdleCPU(t *testing.T) {
 	inproc := os.Getenv(inprocEnv) == "1"
 	bin := os.Args[0]
 	if !inproc {
-		bin = tidegpuBinary(t)
+		bin = peer.TidegpuBinary(t)
 	}
 	// child starts a simulator or a gateway: the tidegpu binary, or this
 	// test binary in a child role.
-	child := func(t *testing.T, logPath string, role string, args ...string) *proc {
+	child := func(t *testing.T, logPath string, role string, args ...string) *peer.Proc {
 		if inproc {
-			return startEnv(t, logPath, []string{childEnv + "=" + strings.Join(append([]string{role}, args...), " ")}, bin)
+			return peer.StartEnv(t, logPath, []string{childEnv + "=" + strings.Join(append([]string{role}, args...), " ")}, bin)
 		}
-		return start(t, logPath, bin, append([]string{role}, args...)...)
+		return peer.Start(t, logPath, bin, append([]string{role}, args...)...)
 	}
 	tmp := t.TempDir()
 	const nSims = 10
 	var sims []string
-	var simProcs []*proc
+	var simProcs []*peer.Proc
 	for i := range nSims {
-		addr := freeAddr(t)
-		var pr *proc
+		addr := peer.FreeAddr(t)
+		var pr *peer.Proc
 		if inproc {
 			pr = child(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), "sim", addr)
 		} else {
-			pr = start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
+			pr = peer.Start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
 				"--ttft", "5ms", "--token-time", "1ms", "--output-tokens", "3", "--instance-id", fmt.Sprintf("sim-%d", i))
 		}
-		waitHTTP(t, pr, "http://"+addr+"/healthz")
+		peer.WaitHTTP(t, pr, "http://"+addr+"/healthz")
 		sims = append(sims, addr)
 		simProcs = append(simProcs, pr)
 	}
 	type target struct {
 		name  string
 		n     int // backends
-		start func(t *testing.T, backends []string) (addr string, pr *proc)
+		start func(t *testing.T, backends []string) (addr string, pr *peer.Proc)
 	}
-	gw := func(t *testing.T, backends []string) (string, *proc) {
-		addr, admin := freeAddr(t), freeAddr(t)
-		var pr *proc
+	gw := func(t *testing.T, backends []string) (string, *peer.Proc) {
+		addr, admin := peer.FreeAddr(t), peer.FreeAddr(t)
+		var pr *peer.Proc
 		if inproc {
 			pr = child(t, filepath.Join(t.TempDir(), "gateway.log"), "gateway", append([]string{addr, admin}, backends...)...)
 		} else {
@@ -101,31 +97,31 @@ func TestIdleCPU(t *testing.T) {
 			for _, s := range backends {
 				args = append(args, "--backend", "http://"+s)
 			}
-			pr = start(t, filepath.Join(t.TempDir(), "gateway.log"), bin, args...)
+			pr = peer.Start(t, filepath.Join(t.TempDir(), "gateway.log"), bin, args...)
 		}
-		waitHTTP(t, pr, "http://"+admin+"/healthz")
+		peer.WaitHTTP(t, pr, "http://"+admin+"/healthz")
 		return addr, pr
 	}
 	var kinds []target
 	kinds = append(kinds, target{name: "gateway", start: gw})
-	if nginx := lookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
-		kinds = append(kinds, target{name: "nginx", start: func(t *testing.T, backends []string) (string, *proc) {
-			addr, dir := freeAddr(t), t.TempDir()
+	if nginx := peer.LookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
+		kinds = append(kinds, target{name: "nginx", start: func(t *testing.T, backends []string) (string, *peer.Proc) {
+			addr, dir := peer.FreeAddr(t), t.TempDir()
 			cfg := filepath.Join(dir, "nginx.conf")
 			if err := os.WriteFile(cfg, []byte(streamingbench.NginxConfig(dir, addr, backends)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			pr := start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
-			waitTCP(t, pr, addr)
+			pr := peer.Start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
+			peer.WaitTCP(t, pr, addr)
 			return addr, pr
 		}})
 	} else {
 		t.Log("nginx not found (Debian package nginx): skipped")
 	}
-	if haproxy := lookBin("haproxy", "/usr/sbin/haproxy"); haproxy != "" {
-		hap := func(checks bool) func(t *testing.T, backends []string) (string, *proc) {
-			return func(t *testing.T, backends []string) (string, *proc) {
-				addr, dir := freeAddr(t), t.TempDir()
+	if haproxy := peer.LookBin("haproxy", "/usr/sbin/haproxy"); haproxy != "" {
+		hap := func(checks bool) func(t *testing.T, backends []string) (string, *peer.Proc) {
+			return func(t *testing.T, backends []string) (string, *peer.Proc) {
+				addr, dir := peer.FreeAddr(t), t.TempDir()
 				c := streamingbench.HAProxyConfig(addr, backends)
 				if checks {
 					c = WithChecks(c, time.Second) // as often as the gateway's base probe interval
@@ -134,8 +130,8 @@ func TestIdleCPU(t *testing.T) {
 				if err := os.WriteFile(cfg, []byte(c), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				pr := start(t, filepath.Join(dir, "out.log"), haproxy, "-db", "-f", cfg)
-				waitTCP(t, pr, addr)
+				pr := peer.Start(t, filepath.Join(dir, "out.log"), haproxy, "-db", "-f", cfg)
+				peer.WaitTCP(t, pr, addr)
 				return addr, pr
 			}
 		}
@@ -159,7 +155,7 @@ func TestIdleCPU(t *testing.T) {
 	results := map[string][]float64{} // name/n → idle CPU % per repetition
 	var simCPU []float64
 	for rep := range reps {
-		procs := make([]*proc, len(targets))
+		procs := make([]*peer.Proc, len(targets))
 		for i, tg := range targets {
 			addr, pr := tg.start(t, sims[:tg.n])
 			for j := range 4 {
@@ -172,26 +168,26 @@ func TestIdleCPU(t *testing.T) {
 		time.Sleep(settle) // idleness itself is the condition: nothing to poll for
 		c0 := make([]int64, len(procs))
 		for i, pr := range procs {
-			c0[i] = cpuTicks(pr.pid)
+			c0[i] = cpuTicks(pr.PID)
 		}
 		var s0 int64
 		for _, sp := range simProcs {
-			s0 += cpuTicks(sp.pid)
+			s0 += cpuTicks(sp.PID)
 		}
 		time.Sleep(window) // the measurement window
 		for i, pr := range procs {
 			key := fmt.Sprintf("%s/%d", targets[i].name, targets[i].n)
-			v := CPUPercent(cpuTicks(pr.pid)-c0[i], window)
+			v := CPUPercent(cpuTicks(pr.PID)-c0[i], window)
 			results[key] = append(results[key], v)
 			t.Logf("rep %d: %-14s %2d backends: idle CPU %.3f %% of a core", rep+1, targets[i].name, targets[i].n, v)
 		}
 		var s1 int64
 		for _, sp := range simProcs {
-			s1 += cpuTicks(sp.pid)
+			s1 += cpuTicks(sp.PID)
 		}
 		simCPU = append(simCPU, CPUPercent(s1-s0, window)/nSims)
 		for _, pr := range procs {
-			pr.stop()
+			pr.Stop()
 		}
 	}
 	t.Logf("load average at end %s", loadavg())
@@ -287,137 +283,4 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// proc is a started process, in its own process group.
-type proc struct {
-	pid  int
-	done chan struct{}
-	log  string
-	once sync.Once
-	cmd  *exec.Cmd
-}
-
-func (p *proc) stop() {
-	p.once.Do(func() {
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		<-p.done
-	})
-}
-
-func start(t *testing.T, logPath, bin string, args ...string) *proc {
-	t.Helper()
-	return startEnv(t, logPath, nil, bin, args...)
-}
-
-// startEnv is start with env added to the process's environment.
-func startEnv(t *testing.T, logPath string, env []string, bin string, args ...string) *proc {
-	t.Helper()
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	p := &proc{pid: cmd.Process.Pid, done: make(chan struct{}), log: logPath, cmd: cmd}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) fail(t *testing.T, what string) {
-	t.Helper()
-	out, _ := os.ReadFile(p.log)
-	t.Fatalf("%s: %s; output:\n%s", p.cmd.Path, what, out)
-}
-
-// waitHTTP polls url until it answers 200, within 30 s.
-func waitHTTP(t *testing.T, p *proc, url string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if p.exited() {
-			p.fail(t, "exited")
-		}
-		if time.Now().After(deadline) {
-			p.fail(t, "not answering "+url)
-		}
-		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-	}
-}
-
-// waitTCP polls addr until it accepts, within 30 s.
-func waitTCP(t *testing.T, p *proc, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if p.exited() {
-			p.fail(t, "exited")
-		}
-		if time.Now().After(deadline) {
-			p.fail(t, "not listening on "+addr)
-		}
-		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func lookBin(name, fallback string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if _, err := os.Stat(fallback); err == nil {
-		return fallback
-	}
-	return ""
-}
-
-// tidegpuBinary builds ./cmd/tidegpu once, or takes $TIDEGPU_BIN.
-func tidegpuBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv(binEnv); b != "" {
-		return b
-	}
-	out := filepath.Join(t.TempDir(), "tidegpu")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/tidegpu")
-	cmd.Dir = filepath.Join("..", "..")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/tidegpu: %v\n%s", err, b)
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package streamingbench
 
 import (
 	"fmt"
+	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	"net"
 	"net/http"
 	"os"
@@ -45,15 +46,15 @@ func TestStreamingProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := params{ttft: 50 * time.Millisecond, tokenTime: 100 * time.Millisecond, tokens: 120, stagger: time.Millisecond}
-	bin := tidegpuBinary(t)
+	bin := peer.TidegpuBinary(t)
 	tmp := t.TempDir()
 	var backends []gateway.Backend
 	for i := range 2 {
-		addr := freeAddr(t)
-		pr := start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
+		addr := peer.FreeAddr(t)
+		pr := peer.Start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
 			"--ttft", p.ttft.String(), "--token-time", p.tokenTime.String(), "--output-tokens", strconv.Itoa(p.tokens),
 			"--batch-slowdown", "0", "--max-batch", "100000", "--instance-id", fmt.Sprintf("sim-%d", i))
-		waitHTTP(t, pr, "http://"+addr+"/healthz")
+		peer.WaitHTTP(t, pr, "http://"+addr+"/healthz")
 		backends = append(backends, gateway.Backend{ID: fmt.Sprintf("sim-%d", i), Pool: "p", Address: addr})
 	}
 	var usages atomic.Int64

@@ -5,18 +5,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -28,8 +27,8 @@ const (
 	longEnv = "TIDEGPU_BENCH_STREAMS"
 	nEnv    = "TIDEGPU_STREAMS_N"
 	repsEnv = "TIDEGPU_STREAMS_REPS" // repetitions, interleaved (default 1)
-	// binEnv is a prebuilt tidegpu binary (default: go build ./cmd/tidegpu).
-	binEnv = "TIDEGPU_BIN"
+	// A prebuilt tidegpu binary: peer.BinEnv (TIDEGPU_BIN; default: go
+	// build ./cmd/tidegpu).
 	// onlyEnv: comma-separated targets to run (direct, gateway, nginx, haproxy).
 	onlyEnv = "TIDEGPU_STREAMS_ONLY"
 )
@@ -83,63 +82,63 @@ func TestStreaming(t *testing.T) {
 		t.Skip("reads /proc for memory and CPU")
 	}
 	p := variant(t)
-	bin := tidegpuBinary(t)
+	bin := peer.TidegpuBinary(t)
 	tmp := t.TempDir()
 
 	var sims []string
-	var simProcs []*proc
+	var simProcs []*peer.Proc
 	for i := range 2 {
-		addr := freeAddr(t)
-		pr := start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
+		addr := peer.FreeAddr(t)
+		pr := peer.Start(t, filepath.Join(tmp, fmt.Sprintf("sim%d.log", i)), bin, "sim", "--addr", addr,
 			"--ttft", p.ttft.String(), "--token-time", p.tokenTime.String(), "--output-tokens", strconv.Itoa(p.tokens),
 			"--batch-slowdown", "0", "--max-batch", "100000", "--instance-id", fmt.Sprintf("sim-%d", i))
-		waitHTTP(t, pr, "http://"+addr+"/healthz")
+		peer.WaitHTTP(t, pr, "http://"+addr+"/healthz")
 		sims = append(sims, addr)
 		simProcs = append(simProcs, pr)
 	}
 
 	type target struct {
 		name  string
-		start func(t *testing.T) (addr string, pr *proc) // nil proc: direct
+		start func(t *testing.T) (addr string, pr *peer.Proc) // nil proc: direct
 	}
 	targets := []target{
 		{"direct", nil},
-		{"gateway", func(t *testing.T) (string, *proc) {
-			addr, admin := freeAddr(t), freeAddr(t)
+		{"gateway", func(t *testing.T) (string, *peer.Proc) {
+			addr, admin := peer.FreeAddr(t), peer.FreeAddr(t)
 			args := []string{"gateway", "--addr", addr, "--admin-addr", admin, "--log-level", "warn"}
 			for _, s := range sims {
 				args = append(args, "--backend", "http://"+s)
 			}
-			pr := start(t, filepath.Join(tmp, "gateway.log"), bin, args...)
-			waitHTTP(t, pr, "http://"+admin+"/healthz")
+			pr := peer.Start(t, filepath.Join(tmp, "gateway.log"), bin, args...)
+			peer.WaitHTTP(t, pr, "http://"+admin+"/healthz")
 			return addr, pr
 		}},
 	}
-	if nginx := lookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
-		targets = append(targets, target{"nginx", func(t *testing.T) (string, *proc) {
-			addr := freeAddr(t)
+	if nginx := peer.LookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
+		targets = append(targets, target{"nginx", func(t *testing.T) (string, *peer.Proc) {
+			addr := peer.FreeAddr(t)
 			dir := t.TempDir()
 			cfg := filepath.Join(dir, "nginx.conf")
 			if err := os.WriteFile(cfg, []byte(NginxConfig(dir, addr, sims)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			pr := start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
-			waitTCP(t, pr, addr)
+			pr := peer.Start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
+			peer.WaitTCP(t, pr, addr)
 			return addr, pr
 		}})
 	} else {
 		t.Log("nginx not found (Debian package nginx): skipped")
 	}
-	if haproxy := lookBin("haproxy", "/usr/sbin/haproxy"); haproxy != "" {
-		targets = append(targets, target{"haproxy", func(t *testing.T) (string, *proc) {
-			addr := freeAddr(t)
+	if haproxy := peer.LookBin("haproxy", "/usr/sbin/haproxy"); haproxy != "" {
+		targets = append(targets, target{"haproxy", func(t *testing.T) (string, *peer.Proc) {
+			addr := peer.FreeAddr(t)
 			dir := t.TempDir()
 			cfg := filepath.Join(dir, "haproxy.cfg")
 			if err := os.WriteFile(cfg, []byte(HAProxyConfig(addr, sims)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			pr := start(t, filepath.Join(dir, "out.log"), haproxy, "-db", "-f", cfg)
-			waitTCP(t, pr, addr)
+			pr := peer.Start(t, filepath.Join(dir, "out.log"), haproxy, "-db", "-f", cfg)
+			peer.WaitTCP(t, pr, addr)
 			return addr, pr
 		}})
 	} else {
@@ -163,7 +162,7 @@ func TestStreaming(t *testing.T) {
 	for _, n := range p.ns {
 		for rep := range p.reps {
 			for _, tg := range targets {
-				addr, pr := sims[0], (*proc)(nil)
+				addr, pr := sims[0], (*peer.Proc)(nil)
 				if tg.start != nil {
 					addr, pr = tg.start(t)
 				}
@@ -171,27 +170,27 @@ func TestStreaming(t *testing.T) {
 				_ = run(addr, 10, p, nil)
 				var s Summary
 				if pr != nil {
-					s.IdleCPUPercent = idleCPU(pr.pid, p.idle)
+					s.IdleCPUPercent = idleCPU(pr.PID, p.idle)
 				}
 				var simTicks0 int64
 				for _, sp := range simProcs {
-					simTicks0 += cpuTicks(sp.pid)
+					simTicks0 += cpuTicks(sp.PID)
 				}
 				var pids []int
 				if pr != nil {
-					pids = []int{pr.pid}
+					pids = []int{pr.PID}
 				}
 				m := measure(pids, func() { s = merge(s, Summarize(run(addr, n, p, directAddrs(tg.start == nil, sims)), p.tokens)) })
 				var simTicks1 int64
 				for _, sp := range simProcs {
-					simTicks1 += cpuTicks(sp.pid)
+					simTicks1 += cpuTicks(sp.PID)
 				}
 				s.BackendCPUPerSMs = ticksMs(simTicks1-simTicks0) / float64(n)
 				if pr != nil {
 					s.MemPerStreamKB = PerStream(m.peakRSS, m.baseRSS, n)
 					s.PeakRSSMB = float64(m.peakRSS) / (1 << 20)
 					s.CPUPerStreamMs = ticksMs(m.ticks) / float64(n)
-					pr.stop()
+					pr.Stop()
 				}
 				key := fmt.Sprintf("%s/%d", tg.name, n)
 				results[key] = append(results[key], s)
@@ -495,130 +494,4 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// proc is a started process, in its own process group.
-type proc struct {
-	pid  int
-	done chan struct{}
-	log  string
-	once sync.Once
-	cmd  *exec.Cmd
-}
-
-func (p *proc) stop() {
-	p.once.Do(func() {
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		<-p.done
-	})
-}
-
-func start(t *testing.T, logPath, bin string, args ...string) *proc {
-	t.Helper()
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	p := &proc{pid: cmd.Process.Pid, done: make(chan struct{}), log: logPath, cmd: cmd}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) fail(t *testing.T, what string) {
-	t.Helper()
-	out, _ := os.ReadFile(p.log)
-	t.Fatalf("%s: %s; output:\n%s", p.cmd.Path, what, out)
-}
-
-// waitHTTP polls url until it answers 200, within 20 s.
-func waitHTTP(t *testing.T, p *proc, url string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if p.exited() {
-			p.fail(t, "exited")
-		}
-		if time.Now().After(deadline) {
-			p.fail(t, "not answering "+url)
-		}
-		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-	}
-}
-
-// waitTCP polls addr until it accepts, within 20 s.
-func waitTCP(t *testing.T, p *proc, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if p.exited() {
-			p.fail(t, "exited")
-		}
-		if time.Now().After(deadline) {
-			p.fail(t, "not listening on "+addr)
-		}
-		time.Sleep(20 * time.Millisecond) // bounded poll of a condition
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func lookBin(name, fallback string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if _, err := os.Stat(fallback); err == nil {
-		return fallback
-	}
-	return ""
-}
-
-// tidegpuBinary builds ./cmd/tidegpu once, or takes $TIDEGPU_BIN.
-func tidegpuBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv(binEnv); b != "" {
-		return b
-	}
-	out := filepath.Join(t.TempDir(), "tidegpu")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/tidegpu")
-	cmd.Dir = filepath.Join("..", "..")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/tidegpu: %v\n%s", err, b)
-	}
-	return out
 }
