@@ -2,7 +2,6 @@ package idlebench
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	"net/http"
@@ -150,7 +149,7 @@ func TestIdleCPU(t *testing.T) {
 	if inproc {
 		t.Logf("in-process roles (%s=1): this test binary as the gateway and the simulators", inprocEnv)
 	}
-	t.Logf("machine: %d CPUs, shared; load average at start %s", runtime.NumCPU(), loadavg())
+	t.Logf("machine: %d CPUs, shared; load average at start %s", runtime.NumCPU(), peer.LoadAvg())
 	t.Logf("%d simulators; every target started at once, warmed up with 4 requests, idle %v, then measured over the same %v window", nSims, settle, window)
 	results := map[string][]float64{} // name/n → idle CPU % per repetition
 	var simCPU []float64
@@ -168,29 +167,29 @@ func TestIdleCPU(t *testing.T) {
 		time.Sleep(settle) // idleness itself is the condition: nothing to poll for
 		c0 := make([]int64, len(procs))
 		for i, pr := range procs {
-			c0[i] = cpuTicks(pr.PID)
+			c0[i] = peer.CPUTicks(pr.PID)
 		}
 		var s0 int64
 		for _, sp := range simProcs {
-			s0 += cpuTicks(sp.PID)
+			s0 += peer.CPUTicks(sp.PID)
 		}
 		time.Sleep(window) // the measurement window
 		for i, pr := range procs {
 			key := fmt.Sprintf("%s/%d", targets[i].name, targets[i].n)
-			v := CPUPercent(cpuTicks(pr.PID)-c0[i], window)
+			v := CPUPercent(peer.CPUTicks(pr.PID)-c0[i], window)
 			results[key] = append(results[key], v)
 			t.Logf("rep %d: %-14s %2d backends: idle CPU %.3f %% of a core", rep+1, targets[i].name, targets[i].n, v)
 		}
 		var s1 int64
 		for _, sp := range simProcs {
-			s1 += cpuTicks(sp.PID)
+			s1 += peer.CPUTicks(sp.PID)
 		}
 		simCPU = append(simCPU, CPUPercent(s1-s0, window)/nSims)
 		for _, pr := range procs {
 			pr.Stop()
 		}
 	}
-	t.Logf("load average at end %s", loadavg())
+	t.Logf("load average at end %s", peer.LoadAvg())
 
 	var b strings.Builder
 	b.WriteString("\n| backends | target | idle CPU, % of a core (min–max, reps) |\n| ---: | --- | ---: |\n")
@@ -229,58 +228,4 @@ func generate(addr string, i int) error {
 		return fmt.Errorf("status %s: %s", resp.Status, bytes.TrimSpace(buf.Bytes()))
 	}
 	return nil
-}
-
-// cpuTicks is the user+system time of pid and its direct children.
-func cpuTicks(pid int) int64 {
-	var total int64
-	for _, p := range family(pid) {
-		st, err := stat(p)
-		if err != nil || len(st) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(st[11], 10, 64) // field 14, utime
-		s, _ := strconv.ParseInt(st[12], 10, 64) // field 15, stime
-		total += u + s
-	}
-	return total
-}
-
-// family is pid and its direct children (nginx's workers).
-func family(pid int) []int {
-	out := []int{pid}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil || c == pid {
-			continue
-		}
-		if st, err := stat(c); err == nil && len(st) > 1 && st[1] == strconv.Itoa(pid) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// stat returns the fields of /proc/pid/stat after the command, from field
-// 3 (state) on.
-func stat(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil, errors.New("bad stat")
-	}
-	return strings.Fields(string(b[i+1:])), nil
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -154,7 +154,7 @@ func TestStreaming(t *testing.T) {
 		targets = keep
 	}
 
-	t.Logf("machine: %d CPUs, load average at start %s", runtime.NumCPU(), loadavg())
+	t.Logf("machine: %d CPUs, load average at start %s", runtime.NumCPU(), peer.LoadAvg())
 	t.Logf("load: 2 simulators (TTFT %v, %v/token, %d tokens, no batch slowdown); streams started %v apart, half NDJSON (/api/chat), half SSE (/v1/chat/completions)",
 		p.ttft, p.tokenTime, p.tokens, p.stagger)
 
@@ -174,7 +174,7 @@ func TestStreaming(t *testing.T) {
 				}
 				var simTicks0 int64
 				for _, sp := range simProcs {
-					simTicks0 += cpuTicks(sp.PID)
+					simTicks0 += peer.CPUTicks(sp.PID)
 				}
 				var pids []int
 				if pr != nil {
@@ -183,7 +183,7 @@ func TestStreaming(t *testing.T) {
 				m := measure(pids, func() { s = merge(s, Summarize(run(addr, n, p, directAddrs(tg.start == nil, sims)), p.tokens)) })
 				var simTicks1 int64
 				for _, sp := range simProcs {
-					simTicks1 += cpuTicks(sp.PID)
+					simTicks1 += peer.CPUTicks(sp.PID)
 				}
 				s.BackendCPUPerSMs = ticksMs(simTicks1-simTicks0) / float64(n)
 				if pr != nil {
@@ -200,7 +200,7 @@ func TestStreaming(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("load average at end %s", loadavg())
+	t.Logf("load average at end %s", peer.LoadAvg())
 
 	var b strings.Builder
 	b.WriteString("\n| N | target | failures | TTFB p50 | TTFB p99 | added p50 / p99 over direct | gap p99 | memory per open stream | CPU per stream | idle CPU |\n")
@@ -383,8 +383,8 @@ func measure(pids []int, f func()) measured {
 		f()
 		return m
 	}
-	m.baseRSS = rss(pids[0])
-	c0 := cpuTicks(pids[0])
+	m.baseRSS = peer.RSS(pids[0])
+	c0 := peer.CPUTicks(pids[0])
 	var peak atomic.Int64
 	peak.Store(m.baseRSS)
 	done := make(chan struct{})
@@ -398,7 +398,7 @@ func measure(pids []int, f func()) measured {
 			case <-done:
 				return
 			case <-tk.C:
-				if r := rss(pids[0]); r > peak.Load() {
+				if r := peer.RSS(pids[0]); r > peak.Load() {
 					peak.Store(r)
 				}
 			}
@@ -408,90 +408,15 @@ func measure(pids []int, f func()) measured {
 	close(done)
 	<-sampled
 	m.peakRSS = peak.Load()
-	m.ticks = cpuTicks(pids[0]) - c0
+	m.ticks = peer.CPUTicks(pids[0]) - c0
 	return m
 }
 
 // idleCPU is pid's CPU over d, in percent of one core.
 func idleCPU(pid int, d time.Duration) float64 {
-	c0 := cpuTicks(pid)
+	c0 := peer.CPUTicks(pid)
 	time.Sleep(d) // the measurement window itself
-	return ticksMs(cpuTicks(pid)-c0) / float64(d.Milliseconds()) * 100
+	return ticksMs(peer.CPUTicks(pid)-c0) / float64(d.Milliseconds()) * 100
 }
 
-// clkTck is the kernel's USER_HZ, 100 on Linux (sysconf(_SC_CLK_TCK)).
-const clkTck = 100
-
-func ticksMs(t int64) float64 { return float64(t) * 1000 / clkTck }
-
-// family is pid and its direct children (nginx's workers).
-func family(pid int) []int {
-	out := []int{pid}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil || c == pid {
-			continue
-		}
-		if st, err := stat(c); err == nil && len(st) > 1 && st[1] == strconv.Itoa(pid) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// stat returns the fields of /proc/pid/stat after the command, from field
-// 3 (state) on.
-func stat(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil, errors.New("bad stat")
-	}
-	return strings.Fields(string(b[i+1:])), nil
-}
-
-// cpuTicks is the user+system time of pid and its children.
-func cpuTicks(pid int) int64 {
-	var total int64
-	for _, p := range family(pid) {
-		st, err := stat(p)
-		if err != nil || len(st) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(st[11], 10, 64) // field 14, utime
-		s, _ := strconv.ParseInt(st[12], 10, 64) // field 15, stime
-		total += u + s
-	}
-	return total
-}
-
-// rss is the resident set of pid and its children, bytes.
-func rss(pid int) int64 {
-	var total int64
-	for _, p := range family(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				total += kb * 1024
-			}
-		}
-	}
-	return total
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
+func ticksMs(t int64) float64 { return float64(t) * 1000 / peer.ClkTck }
