@@ -234,6 +234,44 @@ func (q *Queue) Head() (Request, bool) {
 	return Request{}, false
 }
 
+// HeadWhere returns the request to serve next among those pass accepts:
+// the first in the queue's order (class, then finish tag, then arrival)
+// whose pass is true. pass should depend on the request's tenant and class
+// only (the gateway asks whether that tenant may take a slot now): it is
+// asked once per tenant and class. The head is found in O(1);
+// when pass refuses it, the class is scanned (O(n), n the waiting
+// requests of the class: a few hundred at most).
+func (q *Queue) HeadWhere(pass func(Request) bool) (Request, bool) {
+	for p := High; p >= Low; p-- {
+		h := q.class(p).heap
+		if len(h) == 0 {
+			continue
+		}
+		if pass(h[0].Request) {
+			return h[0].Request, true
+		}
+		var best *item
+		refused := map[string]bool{h[0].Tenant: true}
+		for _, it := range h[1:] {
+			if best != nil && !h.less(it, best) {
+				continue
+			}
+			ok, seen := refused[it.Tenant]
+			if !seen {
+				ok = !pass(it.Request)
+				refused[it.Tenant] = ok
+			}
+			if !ok {
+				best = it
+			}
+		}
+		if best != nil {
+			return best.Request, true
+		}
+	}
+	return Request{}, false
+}
+
 // Dispatch removes the request id as served: its class's virtual time
 // advances to its finish tag. It reports whether id was waiting.
 func (q *Queue) Dispatch(id uint64) bool {
@@ -294,12 +332,15 @@ func (q *Queue) remove(it *item, shed bool) {
 // itemHeap orders a class's items by finish tag, then arrival.
 type itemHeap []*item
 
-func (h itemHeap) Len() int { return len(h) }
-func (h itemHeap) Less(i, j int) bool {
-	if h[i].finish != h[j].finish {
-		return h[i].finish < h[j].finish
+func (h itemHeap) Len() int           { return len(h) }
+func (h itemHeap) Less(i, j int) bool { return h.less(h[i], h[j]) }
+
+// less orders a before b: finish tag, then arrival.
+func (itemHeap) less(a, b *item) bool {
+	if a.finish != b.finish {
+		return a.finish < b.finish
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
 func (h itemHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

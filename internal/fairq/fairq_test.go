@@ -322,3 +322,55 @@ func FuzzOps(f *testing.F) {
 		}
 	})
 }
+
+func TestHeadWhere(t *testing.T) {
+	// Waiting, in order: a1 (high), a2 b1 a3 c1 (normal), d1 (low).
+	q := New(16)
+	id := uint64(0)
+	push := func(tenant string, p Priority) {
+		id++
+		if ok, _, _ := q.Push(Request{ID: id, Tenant: tenant, Priority: p}); !ok {
+			t.Fatalf("push %s refused", tenant)
+		}
+	}
+	push("a", High)
+	push("a", Normal)
+	push("b", Normal)
+	push("a", Normal)
+	push("c", Normal)
+	push("d", Low)
+	for _, tc := range []struct {
+		refuse string // tenants pass refuses
+		want   string // the tenant of the head, "" for none
+		wantID uint64
+	}{
+		{"", "a", 1},
+		{"a", "b", 3},
+		{"ab", "c", 5},
+		{"abc", "d", 6},
+		{"b", "a", 1},
+		{"abcd", "", 0},
+	} {
+		asked := map[string]int{}
+		h, ok := q.HeadWhere(func(r Request) bool {
+			asked[r.Tenant+r.Priority.String()]++
+			for _, c := range tc.refuse {
+				if r.Tenant == string(c) {
+					return false
+				}
+			}
+			return true
+		})
+		if got := h.Tenant; ok != (tc.want != "") || got != tc.want || h.ID != tc.wantID {
+			t.Errorf("refusing %q: head %q (id %d, %v), want %q (id %d)", tc.refuse, got, h.ID, ok, tc.want, tc.wantID)
+		}
+		for k, n := range asked {
+			if n > 1 {
+				t.Errorf("refusing %q: pass asked %d times for %s, want once per tenant and class", tc.refuse, n, k)
+			}
+		}
+	}
+	if q.Len() != 6 {
+		t.Errorf("HeadWhere changed the queue: %d waiting", q.Len())
+	}
+}

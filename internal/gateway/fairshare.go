@@ -26,7 +26,27 @@ import (
 // place), and when it waited Options.BackendQueueWait.
 //
 // While a pool's queue is not empty, a new request of that pool queues
-// too, even if a slot is free at that instant: the slot is the head's.
+// too, even if a slot is free at that instant: the slot is the next
+// waiter's.
+//
+// Headroom. Slots free up in bursts (a batch of equal answers ends
+// together), so a light tenant arriving at a pool kept full by a heavy one
+// would wait for the next burst even though it goes first in the queue.
+// So a tenant holding its weighted share of the pool's slots or more
+// (share: slots x its weight / the weights of the tenants active in the
+// pool) does not take one of the last free slots of the headroom (one per
+// fairHeadroomPer slots, at least one) while
+// another tenant of its class or a higher one, below its own share, has
+// been active in the pool within fairActiveFor; the light tenant's next
+// request then starts at once. It is trunk reservation (the telephone
+// network's way of protecting one class of calls on shared circuits): the
+// heavy tenant leaves at most the headroom idle, and only while someone
+// else uses the pool. A tenant with nothing in flight may always take a
+// slot. A waiting request of a tenant that must
+// leave the headroom is passed over by the ones behind it that need not.
+// Tenants are counted per queue key (the pool a request names, or ""
+// for requests that name none), and slots are the cap times the healthy
+// backends of that pool (of every pool for "").
 
 // Fair-share defaults.
 const (
@@ -63,6 +83,17 @@ func TenantOf(ctx context.Context) (Tenant, bool) {
 	return t, ok
 }
 
+// The headroom's parameters (see the package comment above).
+const (
+	// fairHeadroomPer: a tenant at or over its share leaves one free slot
+	// to the others per fairHeadroomPer slots of the pool, and at least one
+	// (2 of 16).
+	fairHeadroomPer = 8
+	// fairActiveFor is how long a tenant counts as active in a pool after
+	// its last request there started, ended or queued.
+	fairActiveFor = 10 * time.Second
+)
+
 // anyPool is the pool label of the queue of requests that name no pool.
 const anyPool = "any"
 
@@ -75,6 +106,20 @@ type fairShare struct {
 	mu     sync.Mutex
 	queues map[string]*poolQueue // by the request's pool ("" when it names none)
 	nextID uint64
+	// use: the tenants seen recently, by queue key, then tenant name.
+	use map[string]map[string]*tenantUse
+}
+
+// tenantUse is one tenant's recent use of one pool.
+type tenantUse struct {
+	inflight, waiting int
+	last              time.Time // its last request's start, end or arrival in the queue
+	weight            uint64
+	priority          fairq.Priority
+}
+
+func (u *tenantUse) active(now time.Time) bool {
+	return u.inflight > 0 || u.waiting > 0 || now.Sub(u.last) < fairActiveFor
 }
 
 type poolQueue struct {
@@ -113,7 +158,7 @@ func newFairShare(opts Options, bad func(field, format string, args ...any)) *fa
 	if wait == 0 {
 		wait = DefaultBackendQueueWait
 	}
-	return &fairShare{cap: int64(n), limit: limit, wait: wait, queues: map[string]*poolQueue{}}
+	return &fairShare{cap: int64(n), limit: limit, wait: wait, queues: map[string]*poolQueue{}, use: map[string]map[string]*tenantUse{}}
 }
 
 // full reports whether u is at the cap.
@@ -138,6 +183,111 @@ func (g *Gateway) claim(u *Upstream) bool {
 	}
 }
 
+// touchLocked returns t's use of key's pool, created if need be, marked
+// active now.
+func (f *fairShare) touchLocked(key string, t Tenant, now time.Time) *tenantUse {
+	m := f.use[key]
+	if m == nil {
+		m = map[string]*tenantUse{}
+		f.use[key] = m
+	}
+	u := m[t.Name]
+	if u == nil {
+		u = &tenantUse{}
+		m[t.Name] = u
+	}
+	u.last, u.weight, u.priority = now, weightOf(t), t.Priority
+	return u
+}
+
+func weightOf(t Tenant) uint64 { return uint64(min(max(t.Weight, 1), fairq.MaxWeight)) }
+
+// started counts a request of t in flight in key's pool.
+func (f *fairShare) started(key string, t Tenant, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.touchLocked(key, t, now).inflight++
+}
+
+// ended counts it out again.
+func (f *fairShare) ended(key string, t Tenant, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u := f.use[key][t.Name]; u != nil && u.inflight > 0 {
+		u.inflight--
+		u.last = now
+	}
+}
+
+// headroom is the free slots of a pool of slots a tenant at or over its
+// share leaves to others.
+func headroom(slots int) int { return max(1, slots/fairHeadroomPer) }
+
+// mustYieldLocked reports whether t must leave the free slots of key's pool
+// to other tenants (the headroom); slots and free are the pool's.
+func (f *fairShare) mustYieldLocked(key string, t Tenant, slots, free int, now time.Time) bool {
+	if free-1 >= headroom(slots) {
+		return false
+	}
+	m := f.use[key]
+	if len(m) < 2 {
+		return false
+	}
+	var sum uint64
+	for name, u := range m {
+		if name == t.Name || u.active(now) {
+			sum += u.weight
+		} else if u.inflight == 0 && u.waiting == 0 {
+			delete(m, name) // forgotten after fairActiveFor
+		}
+	}
+	share := func(w uint64) float64 { return float64(slots) * float64(w) / float64(sum) }
+	held := 0
+	if me := m[t.Name]; me != nil {
+		held = me.inflight
+	}
+	if held == 0 || float64(held+1) <= share(weightOf(t)) {
+		return false // below its share, or nothing in flight: it may take the last slot
+	}
+	for name, u := range m {
+		if name != t.Name && u.priority >= t.Priority && u.active(now) && float64(u.inflight) < share(u.weight) {
+			return true
+		}
+	}
+	return false
+}
+
+// slots returns the cap times key's healthy backends and how many of
+// those slots are free.
+func (g *Gateway) slots(key string) (slots, free int) {
+	t := g.table.Load()
+	src := t.all
+	if key != "" {
+		src = t.pools[key]
+	}
+	for _, u := range src {
+		if u.draining.Load() || u.removed.Load() || !u.healthy.Load() {
+			continue
+		}
+		slots += int(g.fair.cap)
+		free += int(max(g.fair.cap-u.inflight.Load(), 0))
+	}
+	return slots, free
+}
+
+// yields reports whether the exchange's tenant must leave the free slots
+// of its pool to others now (see headroom).
+func (e *exchange) yields() bool {
+	f := e.g.fair
+	slots, free := e.g.slots(e.pool)
+	if free-1 >= headroom(slots) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mustYieldLocked(e.pool, e.tenant, slots, free, e.g.clock.Now())
+}
+
 // busy reports whether requests wait for key.
 func (f *fairShare) busy(key string) bool {
 	f.mu.Lock()
@@ -146,7 +296,7 @@ func (f *fairShare) busy(key string) bool {
 }
 
 // enqueue adds a waiter for key; nil when the queue refused it.
-func (f *fairShare) enqueue(key string, t Tenant) (w *fairWaiter, shed *fairWaiter) {
+func (f *fairShare) enqueue(key string, t Tenant, now time.Time) (w *fairWaiter, shed *fairWaiter) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pq := f.queues[key]
@@ -160,7 +310,11 @@ func (f *fairShare) enqueue(key string, t Tenant) (w *fairWaiter, shed *fairWait
 	if did {
 		shed = pq.waiters[victim]
 		delete(pq.waiters, victim)
+		f.unwaitLocked(key, shed.tenant)
 		close(shed.shed)
+	}
+	if ok {
+		f.touchLocked(key, t, now).waiting++
 	}
 	if !ok {
 		if pq.q.Len() == 0 {
@@ -172,22 +326,44 @@ func (f *fairShare) enqueue(key string, t Tenant) (w *fairWaiter, shed *fairWait
 	return w, shed
 }
 
-// isHead reports whether w is next.
-func (f *fairShare) isHead(w *fairWaiter) bool {
+func (f *fairShare) unwaitLocked(key, tenant string) {
+	if u := f.use[key][tenant]; u != nil && u.waiting > 0 {
+		u.waiting--
+	}
+}
+
+// isNext reports whether w is next: the first waiter in the queue's order
+// whose tenant need not leave the pool's free slots to others.
+func (g *Gateway) isNext(w *fairWaiter) bool {
+	f := g.fair
+	slots, free := g.slots(w.key)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	pq := f.queues[w.key]
-	if pq == nil {
-		return false
-	}
-	h, ok := pq.q.Head()
+	h, ok := f.nextLocked(w.key, slots, free, g.clock.Now())
 	return ok && h.ID == w.id
 }
 
-// done takes w out of its queue, served or not, and pokes the new head:
-// a served head may have left free slots, and a head that gave up leaves
-// its turn.
-func (f *fairShare) done(w *fairWaiter, served bool) {
+// nextLocked returns the waiter of key to poke.
+func (f *fairShare) nextLocked(key string, slots, free int, now time.Time) (fairq.Request, bool) {
+	pq := f.queues[key]
+	if pq == nil {
+		return fairq.Request{}, false
+	}
+	if free-1 >= headroom(slots) {
+		return pq.q.Head()
+	}
+	return pq.q.HeadWhere(func(r fairq.Request) bool {
+		return !f.mustYieldLocked(key, Tenant{Name: r.Tenant, Weight: r.Weight, Priority: r.Priority}, slots, free, now)
+	})
+}
+
+// done takes w out of its queue, served or not, and pokes the next
+// waiter: a served one may have left free slots, and one that gave up
+// leaves its turn.
+func (g *Gateway) done(w *fairWaiter, served bool) {
+	f := g.fair
+	slots, free := g.slots(w.key)
+	now := g.clock.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pq := f.queues[w.key]
@@ -200,31 +376,37 @@ func (f *fairShare) done(w *fairWaiter, served bool) {
 		pq.q.Remove(w.id)
 	}
 	delete(pq.waiters, w.id)
+	f.unwaitLocked(w.key, w.tenant)
 	if pq.q.Len() == 0 {
 		delete(f.queues, w.key)
 		return
 	}
-	pokeHead(pq)
+	f.pokeNextLocked(w.key, slots, free, now)
 }
 
-func pokeHead(pq *poolQueue) {
-	if h, ok := pq.q.Head(); ok {
+// pokeNextLocked pokes key's next waiter.
+func (f *fairShare) pokeNextLocked(key string, slots, free int, now time.Time) {
+	if h, ok := f.nextLocked(key, slots, free, now); ok {
 		select {
-		case pq.waiters[h.ID].poke <- struct{}{}:
+		case f.queues[key].waiters[h.ID].poke <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// released tells the heads of pool's queue and of the queue of requests
-// that name no pool that a slot of pool is free.
-func (f *fairShare) released(pool string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// released tells the next waiters of pool's queue and of the queue of
+// requests that name no pool that a slot of pool is free.
+func (g *Gateway) released(pool string) {
+	f := g.fair
+	now := g.clock.Now()
 	for _, key := range [2]string{pool, ""} {
-		if pq := f.queues[key]; pq != nil {
-			pokeHead(pq)
+		if !f.busy(key) {
+			continue
 		}
+		slots, free := g.slots(key)
+		f.mu.Lock()
+		f.pokeNextLocked(key, slots, free, now)
+		f.mu.Unlock()
 	}
 }
 
@@ -283,12 +465,12 @@ func (e *exchange) fairWait() (*Upstream, bool) {
 // went away), for the caller to go on as without a cap.
 func (e *exchange) queue() (*Upstream, bool) {
 	g, f := e.g, e.g.fair
-	t, _ := TenantOf(e.r.Context())
+	t := e.tenant
 	label := e.pool
 	if label == "" {
 		label = anyPool
 	}
-	w, shed := f.enqueue(e.pool, t)
+	w, shed := f.enqueue(e.pool, t, g.clock.Now())
 	if shed != nil {
 		g.metrics.shedRequest(label, shed.tenant, "displaced")
 	}
@@ -302,13 +484,13 @@ func (e *exchange) queue() (*Upstream, bool) {
 	defer deadline.Stop()
 	for {
 		ch := g.changeCh()
-		if f.isHead(w) {
+		if g.isNext(w) {
 			if u := e.pick(); u != nil {
-				f.done(w, true)
+				g.done(w, true)
 				return u, true
 			}
 			if !e.saturated {
-				f.done(w, false)
+				g.done(w, false)
 				return nil, false
 			}
 		}
@@ -320,13 +502,13 @@ func (e *exchange) queue() (*Upstream, bool) {
 				"every backend of the pool is busy and the queue is full of requests that go before this one: retry later"}
 			return nil, true
 		case <-deadline.C():
-			f.done(w, false)
+			g.done(w, false)
 			g.metrics.shedRequest(label, t.Name, "wait")
 			e.waitErr = apiError{http.StatusTooManyRequests, "queue_timeout",
 				fmt.Sprintf("every backend of the pool stayed busy for %s (--backend-queue-wait): retry later", f.wait)}
 			return nil, true
 		case <-e.r.Context().Done():
-			f.done(w, false)
+			g.done(w, false)
 			return nil, true
 		}
 	}

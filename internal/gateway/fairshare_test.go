@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -326,5 +328,125 @@ func TestFairShareOptions(t *testing.T) {
 		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "Options.Backend") {
 			t.Errorf("New(%+v): %v, want an error naming the field", o, err)
 		}
+	}
+}
+
+func TestHeadroom(t *testing.T) {
+	for slots, want := range map[int]int{1: 1, 4: 1, 15: 1, 16: 2, 24: 3, 64: 8} {
+		if got := headroom(slots); got != want {
+			t.Errorf("headroom(%d) = %d, want %d", slots, got, want)
+		}
+	}
+}
+
+// mustYieldLocked: who leaves the last free slots of a pool to whom.
+func TestMustYield(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	type use struct {
+		name              string
+		inflight, waiting int
+		ago               time.Duration // since its last start, end or arrival
+		weight            int
+		priority          fairq.Priority
+	}
+	for _, tc := range []struct {
+		name        string
+		slots, free int
+		uses        []use
+		who         Tenant
+		want        bool
+	}{
+		{"alone in the pool", 16, 1, []use{{name: "a", inflight: 15}}, Tenant{Name: "a"}, false},
+		{"free slots beyond the headroom", 16, 3, []use{{name: "a", inflight: 12}, {name: "b", inflight: 1}}, Tenant{Name: "a"}, false},
+		{"over its share, another active below its own", 16, 2, []use{{name: "a", inflight: 12}, {name: "b", inflight: 2}}, Tenant{Name: "a"}, true},
+		{"the other idle but seen 5 s ago", 16, 2, []use{{name: "a", inflight: 14}, {name: "b", ago: 5 * time.Second}}, Tenant{Name: "a"}, true},
+		{"the other gone for over fairActiveFor", 16, 2, []use{{name: "a", inflight: 14}, {name: "b", ago: 11 * time.Second}}, Tenant{Name: "a"}, false},
+		{"the other only waiting", 16, 2, []use{{name: "a", inflight: 14}, {name: "b", waiting: 1, ago: time.Minute}}, Tenant{Name: "a"}, true},
+		{"below its share it takes the last slot", 16, 1, []use{{name: "a", inflight: 12}, {name: "b", inflight: 3}}, Tenant{Name: "b"}, false},
+		{"nothing in flight: always may", 1, 1, []use{{name: "a"}, {name: "b", ago: time.Second}}, Tenant{Name: "a"}, false},
+		{"the other over its share too", 16, 2, []use{{name: "a", inflight: 6}, {name: "b", inflight: 8}}, Tenant{Name: "a"}, false},
+		{"weight 3 raises the share", 16, 2, []use{{name: "a", inflight: 11, weight: 3}, {name: "b", inflight: 3}}, Tenant{Name: "a", Weight: 3}, false},
+		{"weight 3, past its share", 16, 2, []use{{name: "a", inflight: 12, weight: 3}, {name: "b", inflight: 2}}, Tenant{Name: "a", Weight: 3}, true},
+		{"a lower class is not owed the headroom", 16, 2, []use{{name: "a", inflight: 14, priority: fairq.High}, {name: "b", inflight: 0, priority: fairq.Normal}}, Tenant{Name: "a", Priority: fairq.High}, false},
+		{"a higher class is", 16, 2, []use{{name: "a", inflight: 14, priority: fairq.Low}, {name: "b", inflight: 0, priority: fairq.High}}, Tenant{Name: "a", Priority: fairq.Low}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fairShare{cap: 1, use: map[string]map[string]*tenantUse{"p": {}}}
+			for _, u := range tc.uses {
+				f.use["p"][u.name] = &tenantUse{inflight: u.inflight, waiting: u.waiting, last: now.Add(-u.ago),
+					weight: weightOf(Tenant{Weight: u.weight}), priority: u.priority}
+			}
+			if got := f.mustYieldLocked("p", tc.who, tc.slots, tc.free, now); got != tc.want {
+				t.Errorf("mustYield = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A light tenant's request arriving at a pool kept full by a heavy one
+// starts at once on the slot the heavy one left (the headroom), ahead of
+// the heavy one's waiting request, which starts when one of the heavy
+// one's own ends.
+func TestFairShareHeadroomLetsALightTenantIn(t *testing.T) {
+	h := newFairHarness(t, Options{BackendMaxInFlight: 1})
+	var bs []*gatedBackend
+	var backends []Backend
+	for i := range 4 { // 4 slots: a headroom of 1
+		b := newGatedBackend(t, fmt.Sprint("b", i))
+		bs = append(bs, b)
+		backends = append(backends, b.backend("p"))
+	}
+	h.g.SetBackends("p", backends)
+	seen := func() []string {
+		var out []string
+		for _, b := range bs {
+			out = append(out, b.seen()...)
+		}
+		return out
+	}
+	holding := func(order string) *gatedBackend {
+		for _, b := range bs {
+			if slices.Contains(b.seen(), order) {
+				return b
+			}
+		}
+		return nil
+	}
+	// b has been active: one request, answered.
+	b0 := h.send(t, "/api/chat", "b0", "X-Tenant", "b")
+	until(t, "b0 on a backend", func() bool { return len(seen()) == 1 })
+	holding("b0").release <- struct{}{}
+	within(t, b0, 5*time.Second, "b0's answer")
+	// a fills three slots (its share is 2, the fourth is the headroom).
+	var as []<-chan answer
+	for i := range 4 {
+		as = append(as, h.send(t, "/api/chat", fmt.Sprint("a", i), "X-Tenant", "a"))
+		if i < 3 {
+			until(t, fmt.Sprint("a", i, " on a backend"), func() bool { return len(seen()) == i+2 })
+		}
+	}
+	until(t, "a3 queued", func() bool { return h.g.Queued("p") == 1 })
+	// b's next request takes the free slot without waiting for a release.
+	b1 := h.send(t, "/api/chat", "b1", "X-Tenant", "b")
+	until(t, "b1 on a backend ahead of a3", func() bool { return holding("b1") != nil })
+	if holding("a3") != nil {
+		t.Fatalf("a3 took the headroom: served %v", seen())
+	}
+	// When b1 ends its slot is the headroom again (b was active just now);
+	// when one of a's ends, a3 takes that one.
+	holding("b1").release <- struct{}{}
+	within(t, b1, 5*time.Second, "b1's answer")
+	holding("a0").release <- struct{}{}
+	until(t, "a3 on a backend", func() bool { return holding("a3") != nil })
+	for i, ch := range as {
+		if i > 0 {
+			holding(fmt.Sprint("a", i)).release <- struct{}{}
+		}
+		if a := within(t, ch, 5*time.Second, "an answer"); a.status != http.StatusOK {
+			t.Errorf("%s: %d", a.order, a.status)
+		}
+	}
+	if h.g.Queued("p") != 0 {
+		t.Errorf("%d still queued", h.g.Queued("p"))
 	}
 }

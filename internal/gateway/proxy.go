@@ -75,8 +75,12 @@ type exchange struct {
 	kept      bool
 	keptKind  keepKind
 	// saturated: the last pick found every eligible backend at
-	// Options.BackendMaxInFlight (fairshare.go).
+	// Options.BackendMaxInFlight, or the tenant must leave the free slots
+	// to others (fairshare.go).
 	saturated bool
+	// tenant: who the request is for (TenantOf; the zero Tenant without
+	// the tenant middleware).
+	tenant Tenant
 
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
@@ -140,6 +144,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	e.tried = e.triedBuf[:0]
+	e.tenant, _ = TenantOf(r.Context())
 	if g.table.Load().modelAware || g.splits.Load() != nil || g.loadedSeen.Load() {
 		e.model, e.hasModel = requestModel(body)
 	}
@@ -237,7 +242,7 @@ func (e *exchange) serve() {
 			return
 		}
 		if held.u != nil {
-			held.discard(g)
+			held.discard(e)
 			held = attempt{}
 		}
 		if attempts > 0 {
@@ -267,7 +272,7 @@ func (e *exchange) serve() {
 		a.cancel(nil)
 		if e.r.Context().Err() != nil {
 			g.metrics.request(u.pool, u.id, statusClientClosed, time.Since(e.start))
-			g.release(u)
+			e.release(u)
 			return
 		}
 		switch {
@@ -280,7 +285,7 @@ func (e *exchange) serve() {
 			reason = "transport"
 			g.recordFailure(u, err.Error(), false)
 		}
-		g.release(u)
+		e.release(u)
 		e.tried = append(e.tried, u)
 		lastErr = err
 	}
@@ -386,6 +391,10 @@ func (e *exchange) pick() *Upstream {
 		if len(cands) == 0 {
 			return nil
 		}
+		if g.fair != nil && e.yields() {
+			e.saturated = true
+			return nil
+		}
 		var u *Upstream
 		if g.prefix != nil {
 			if !e.prefixDone {
@@ -411,6 +420,9 @@ func (e *exchange) pick() *Upstream {
 		if !u.draining.Load() && !u.removed.Load() {
 			if g.prefix != nil {
 				g.prefix.record(u, e.prefix)
+			}
+			if g.fair != nil {
+				g.fair.started(e.pool, e.tenant, g.clock.Now())
 			}
 			return u
 		}
@@ -439,8 +451,17 @@ func (g *Gateway) release(u *Upstream) {
 		g.reap()
 	}
 	if g.fair != nil {
-		g.fair.released(u.pool)
+		g.released(u.pool)
 	}
+}
+
+// release ends the claim of an attempt that pick counted for the
+// exchange's tenant.
+func (e *exchange) release(u *Upstream) {
+	if e.g.fair != nil {
+		e.g.fair.ended(e.pool, e.tenant, e.g.clock.Now())
+	}
+	e.g.release(u)
 }
 
 // replayBody is one attempt's reader over the buffered request body.
@@ -489,10 +510,10 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 }
 
 // discard drops a held 502/503 answer that will not be sent.
-func (a *attempt) discard(g *Gateway) {
+func (a *attempt) discard(e *exchange) {
 	_ = a.resp.Body.Close()
 	a.cancel(nil)
-	g.release(a.u)
+	e.release(a.u)
 }
 
 // Copy buffers. A stream holds its buffer while it waits for the next
@@ -522,7 +543,7 @@ func (e *exchange) commit(a *attempt) {
 		_ = resp.Body.Close()
 		g.metrics.request(u.pool, u.id, resp.StatusCode, time.Since(e.start))
 		a.cancel(nil)
-		g.release(u) // after the metrics: see reapLocked
+		e.release(u) // after the metrics: see reapLocked
 	}()
 
 	announced := 0
