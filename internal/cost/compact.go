@@ -68,6 +68,7 @@ func (l *Ledger) Compact() {
 
 func (l *Ledger) compactLocked(now time.Time) {
 	n := now.UnixNano()
+	l.compactAlertsLocked(n)
 	cutoff := n - int64(l.detail)
 	old := hourOf(n - int64(l.aggRetain))
 	for id, lt := range l.inst {

@@ -36,6 +36,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add(compacted)
 	f.Add([]byte(`{"version":1,"takenAt":"2026-03-02T00:00:00Z"}`))
 	f.Add([]byte(`{"version":1,"takenAt":"2026-03-02T00:00:00Z","aggregates":[{"key":{"pool":"p","provider":"aws","currency":"USD","source":"live","effNanosPerHour":1,"listNanosPerHour":1},"hours":[493896],"instNs":[1],"busyNs":[1]}]}`))
+	f.Add([]byte(`{"version":1,"takenAt":"2026-03-02T00:00:00Z","alerts":[{"key":"tenant/a/2026-03/50","at":"2026-03-01T10:00:00Z"},{"key":"tenant/b/2025-12/100","at":"2025-12-01T10:00:00Z"}]}`))
 	f.Add([]byte(`{"version":0}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clk := clocktesting.NewFakeClock(t0.Add(2 * time.Hour))

@@ -91,7 +91,8 @@ type Ledger struct {
 	retiredIDs map[string]int64 // compacted instance IDs -> end (unix ns)
 	zero       map[string][]zeroStretch
 	tenantAggs map[tenantAggKey]map[int64]*tenantAggVal
-	restoredAt int64 // events before this are in the restored snapshot
+	alerts     map[string]int64 // delivered alerts' keys -> when (unix ns); alertsent.go
+	restoredAt int64            // events before this are in the restored snapshot
 }
 
 // NewLedger returns an empty ledger.
@@ -118,6 +119,7 @@ func (l *Ledger) reset() {
 	l.retiredIDs = map[string]int64{}
 	l.zero = map[string][]zeroStretch{}
 	l.tenantAggs = map[tenantAggKey]map[int64]*tenantAggVal{}
+	l.alerts = map[string]int64{}
 	l.restoredAt = 0
 }
 

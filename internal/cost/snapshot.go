@@ -26,6 +26,7 @@ type snapshotV1 struct {
 	RetiredIDs []snapRetiredID `json:"retiredIds,omitempty"`
 	Zero       []snapZero      `json:"zero,omitempty"`
 	Tenants    []snapTenantAgg `json:"tenants,omitempty"`
+	Alerts     []snapAlert     `json:"alerts,omitempty"`
 }
 
 type snapInstance struct {
@@ -150,6 +151,7 @@ func (l *Ledger) Snapshot() ([]byte, error) {
 	sort.Slice(s.RetiredIDs, func(i, j int) bool { return s.RetiredIDs[i].ID < s.RetiredIDs[j].ID })
 	s.Zero = l.snapshotZeroLocked()
 	s.Tenants = l.snapshotTenantsLocked()
+	s.Alerts = l.snapshotAlertsLocked()
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("cost ledger snapshot: %w", err)
@@ -289,6 +291,12 @@ func (l *Ledger) Restore(data []byte) error {
 	l.inst, l.aggs, l.models, l.retired, l.retiredIDs, l.restoredAt = nl.inst, nl.aggs, nl.models, nl.retired, nl.retiredIDs, nl.restoredAt
 	l.zero = nl.zero
 	l.tenantAggs = nl.tenantAggs
+	// Alerts delivered since the start stay marked: the union.
+	for k, at := range nl.alerts {
+		if _, ok := l.alerts[k]; !ok {
+			l.alerts[k] = at
+		}
+	}
 	l.mu.Unlock()
 	return nil
 }
@@ -372,6 +380,9 @@ func (l *Ledger) load(s *snapshotV1) error {
 		if err := l.loadTenantAgg(t); err != nil {
 			return fmt.Errorf("tenant aggregate %d: %w", i, err)
 		}
+	}
+	if err := l.loadAlerts(s.Alerts); err != nil {
+		return err
 	}
 	for _, r := range s.RetiredIDs {
 		if err := checkName("retired instance ID", r.ID, true); err != nil {

@@ -146,15 +146,24 @@ func Run(ctx context.Context, clk clock.Clock, s Schedule, l Ledger, emit Emit) 
 // Budgets gives each tenant's monthly budget in US dollars.
 type Budgets func() map[string]*big.Rat
 
+// BudgetLedger is what WatchBudgets reads and marks: the cost ledger,
+// whose snapshot keeps the alerts said (cost.Ledger.MarkAlert).
+type BudgetLedger interface {
+	Ledger
+	SentAlerts() map[string]bool
+	MarkAlert(key string, at time.Time)
+}
+
 // WatchBudgets checks every interval each tenant's spend this month
-// against its budget and emits each alert of cost.TenantAlerts once (a
-// restart may say an alert of the month again).
-func WatchBudgets(ctx context.Context, clk clock.Clock, every time.Duration, budgets Budgets, l Ledger, emit Emit) {
-	sent := map[string]bool{}
+// against its budget and emits each alert of cost.TenantAlerts once. The
+// ledger keeps which were said, so that a restart restoring its snapshot
+// (or a new operator leader) does not say them again; one that stops
+// before the next save may say the last ones once more.
+func WatchBudgets(ctx context.Context, clk clock.Clock, every time.Duration, budgets Budgets, l BudgetLedger, emit Emit) {
 	for {
 		now := clk.Now()
-		for _, a := range BudgetAlerts(budgets(), l, now, sent) {
-			sent[a.Key] = true
+		for _, a := range BudgetAlerts(budgets(), l, now, l.SentAlerts()) {
+			l.MarkAlert(a.Key, now)
 			emit(ReasonTenantAlert, a.Message)
 		}
 		select {

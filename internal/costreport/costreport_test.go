@@ -203,3 +203,63 @@ func TestReportAndAlertsDelivered(t *testing.T) {
 		t.Errorf("%d deliveries, want 4", n)
 	}
 }
+
+// A restart that restores the ledger's snapshot does not say an alert of
+// the month again; the next level still comes, once.
+func TestBudgetAlertsOnceAcrossARestart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(wed.Add(200 * time.Second))
+	l := cost.NewLedger(cost.Options{Clock: clk})
+	if err := l.Start(cost.InstanceInfo{ID: "i1", Pool: "chat", Provider: "local"}, wed.Add(-time.Hour), usd36, usd36); err != nil {
+		t.Fatal(err)
+	}
+	l.AddBusy("i1", wed, wed.Add(100*time.Second)) // 0.10 USD, all a's: 50 % of 0.20
+	l.AddUse("i1", cost.Use{Tenant: "a", Prompt: 1, Start: wed, End: wed.Add(100 * time.Second)})
+	budgets := func() map[string]*big.Rat { return map[string]*big.Rat{"a": big.NewRat(1, 5)} }
+
+	watch := func(l BudgetLedger) (got func() []string, stop func()) {
+		var mu sync.Mutex
+		var msgs []string
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			WatchBudgets(ctx, clk, time.Minute, budgets, l, func(_, msg string) { mu.Lock(); msgs = append(msgs, msg); mu.Unlock() })
+		}()
+		return func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), msgs...) },
+			func() { cancel(); <-done }
+	}
+	got, stop := watch(l)
+	waitFor(t, "the 50 % alert", func() bool { return len(got()) == 1 })
+	stop()
+	snap, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The restarted process restores the snapshot and watches for three
+	// rounds: nothing is said again.
+	r := cost.NewLedger(cost.Options{Clock: clk})
+	if err := r.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	got, stop = watch(r)
+	defer stop()
+	for range 3 {
+		waitFor(t, "the watch to wait", func() bool { return clk.HasWaiters() })
+		clk.Step(time.Minute)
+	}
+	waitFor(t, "the watch to wait", func() bool { return clk.HasWaiters() })
+	if g := got(); len(g) != 0 {
+		t.Fatalf("said again after the restart: %q", g)
+	}
+	// More use (after the snapshot: the restored ledger has what came
+	// before) crosses 100 %: said once.
+	now := clk.Now()
+	r.AddBusy("i1", now.Add(-100*time.Second), now)
+	r.AddUse("i1", cost.Use{Tenant: "a", Prompt: 1, Start: now.Add(-100 * time.Second), End: now})
+	clk.Step(time.Minute)
+	waitFor(t, "the 100 % alert", func() bool { return len(got()) == 1 })
+	if g := got(); !strings.Contains(g[0], "tenant a crossed 100 %") {
+		t.Errorf("after the restart: %q", g)
+	}
+}

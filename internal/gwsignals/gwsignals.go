@@ -39,10 +39,17 @@ const (
 	// they count as in flight, so the pool's autoscaler sees the load
 	// that woke it.
 	metricHeld = "tidegpu_gateway_activator_held"
+	// metricQueued is the requests waiting in a saturated pool's fair
+	// queue (pool "any": requests naming no pool, not counted): load the
+	// pool has not served yet, as `tidegpu up` counts it (Gateway.Held).
+	metricQueued = "tidegpu_gateway_queued_requests"
 	// metricDuration is always there, backends or not: it marks a
 	// gateway's exposition.
 	metricDuration = "tidegpu_gateway_request_duration_seconds"
 )
+
+// anyPoolLabel is the queued gauge's pool for requests naming no pool.
+const anyPoolLabel = "any"
 
 // Defaults of Options.
 const (
@@ -463,6 +470,12 @@ func Parse(body []byte, format expfmt.Format) (Replica, error) {
 		case metricHeld:
 			for _, m := range mf.GetMetric() {
 				if v := m.GetGauge().GetValue(); v > 0 {
+					rep.InFlight[label(m, "pool")] += v
+				}
+			}
+		case metricQueued:
+			for _, m := range mf.GetMetric() {
+				if v := m.GetGauge().GetValue(); v > 0 && label(m, "pool") != anyPoolLabel {
 					rep.InFlight[label(m, "pool")] += v
 				}
 			}

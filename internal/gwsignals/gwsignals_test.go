@@ -282,8 +282,10 @@ func TestReaderSumsRealGatewayReplicas(t *testing.T) {
 	}
 }
 
-// Requests the activator holds for a pool at zero count as its in-flight
-// load (tidegpu_gateway_activator_held, internal/gateway/metrics.go).
+// Requests the activator holds for a pool at zero, and those waiting in a
+// saturated pool's fair queue, count as its in-flight load
+// (tidegpu_gateway_activator_held and tidegpu_gateway_queued_requests,
+// internal/gateway/metrics.go).
 func TestParseCountsHeldRequests(t *testing.T) {
 	body := `# TYPE tidegpu_gateway_request_duration_seconds histogram
 tidegpu_gateway_request_duration_seconds_bucket{le="+Inf"} 0
@@ -291,6 +293,10 @@ tidegpu_gateway_request_duration_seconds_sum 0
 tidegpu_gateway_request_duration_seconds_count 0
 # TYPE tidegpu_gateway_activator_held gauge
 tidegpu_gateway_activator_held{pool="ns/zero"} 7
+# TYPE tidegpu_gateway_queued_requests gauge
+tidegpu_gateway_queued_requests{pool="ns/busy",tenant="team-a"} 5
+tidegpu_gateway_queued_requests{pool="ns/busy",tenant="team-b"} 2
+tidegpu_gateway_queued_requests{pool="any",tenant=""} 9
 `
 	rep, err := Parse([]byte(body), expfmt.NewFormat(expfmt.TypeTextPlain))
 	if err != nil {
@@ -298,5 +304,8 @@ tidegpu_gateway_activator_held{pool="ns/zero"} 7
 	}
 	if rep.InFlight["ns/zero"] != 7 {
 		t.Fatalf("in flight %v, want the 7 held requests", rep.InFlight)
+	}
+	if rep.InFlight["ns/busy"] != 7 || rep.InFlight["any"] != 0 {
+		t.Fatalf("in flight %v, want the 7 queued of ns/busy (every tenant) and none for \"any\"", rep.InFlight)
 	}
 }
