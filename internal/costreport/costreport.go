@@ -189,7 +189,7 @@ func BudgetAlerts(budgets map[string]*big.Rat, l Ledger, now time.Time, sent map
 	sort.Strings(names)
 	var out []cost.Alert
 	for _, t := range names {
-		out = append(out, cost.TenantAlerts(t, month, RatNanos(budgets[t]), spent[t], "USD", sent)...)
+		out = append(out, cost.TenantAlerts(t, month, cost.RatNanos(budgets[t]), spent[t], "USD", sent)...)
 	}
 	return out
 }
@@ -205,18 +205,6 @@ func SpendUSD(rows []cost.TenantCost) map[string]int64 {
 	return out
 }
 
-// RatNanos is r in nano-units, rounded down.
-func RatNanos(r *big.Rat) int64 {
-	if r == nil {
-		return 0
-	}
-	n := new(big.Int).Mul(r.Num(), big.NewInt(1e9))
-	n.Quo(n, r.Denom())
-	if !n.IsInt64() {
-		return 1<<63 - 1
-	}
-	return n.Int64()
-}
 
 // SpendCache answers the tenant middleware's Spend (tenant.Spend) from the
 // ledger: every tenant's spend this month, computed at most once per TTL

@@ -79,14 +79,6 @@ func TestParseSchedule(t *testing.T) {
 	}
 }
 
-func TestRatNanos(t *testing.T) {
-	for in, want := range map[string]int64{"250": 250e9, "99.50": 99_500_000_000, "0.000001": 1000} {
-		r, _ := new(big.Rat).SetString(in)
-		if got := RatNanos(r); got != want {
-			t.Errorf("%s: %d, want %d", in, got, want)
-		}
-	}
-}
 
 var usd36 = market.Price{PerHour: 3.6, Currency: "USD", Source: market.PriceOverride, Market: market.OnDemand}
 

@@ -298,13 +298,7 @@ func (r *Reporter) send(ctx context.Context) error {
 func (r *Reporter) SetBudgets(budgets map[string]*big.Rat) {
 	m := make(map[string]int64, len(budgets))
 	for t, b := range budgets {
-		n := new(big.Rat).Mul(b, big.NewRat(1e9, 1))
-		q := new(big.Int).Quo(n.Num(), n.Denom())
-		if !q.IsInt64() {
-			m[t] = 1<<63 - 1
-			continue
-		}
-		m[t] = q.Int64()
+		m[t] = cost.RatNanos(b)
 	}
 	r.mu.Lock()
 	r.budgets = m
