@@ -205,7 +205,6 @@ func SpendUSD(rows []cost.TenantCost) map[string]int64 {
 	return out
 }
 
-
 // SpendCache answers the tenant middleware's Spend (tenant.Spend) from the
 // ledger: every tenant's spend this month, computed at most once per TTL
 // (the ledger's report walks every instance-hour of the month; a request

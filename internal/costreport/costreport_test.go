@@ -79,7 +79,6 @@ func TestParseSchedule(t *testing.T) {
 	}
 }
 
-
 var usd36 = market.Price{PerHour: 3.6, Currency: "USD", Source: market.PriceOverride, Market: market.OnDemand}
 
 // receiver is a local webhook that keeps what it got.
