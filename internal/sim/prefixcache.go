@@ -18,10 +18,16 @@ const DefaultPrefixBlockTokens = 16
 // hash of its tokens chained with the previous block's hash (so a block
 // is shared only by prompts equal up to its end), and a request reuses the
 // longest run of its leading blocks that the cache holds. The cache holds
-// at most capBlocks blocks and evicts the least recently used. Unlike vLLM
-// it does not pin the blocks of running requests: a block is cached as
-// soon as its request is admitted and may be evicted while the request
-// runs (the request's timing is already decided). Safe for concurrent use.
+// at most capBlocks blocks and evicts the least recently used; among the
+// blocks of one request, which share their last use, the deepest go first
+// (vLLM frees a finished request's blocks tail first, so that "if the last
+// accessed time is the same, [it frees] the one with longer prefix
+// lengths first", the policy of the automatic prefix caching RFC,
+// vllm-project/vllm#2614): a shared system prompt outlives the histories
+// built on it. Unlike vLLM it does not pin the blocks of running requests:
+// a block is cached as soon as its request is admitted and may be evicted
+// while the request runs (the request's timing is already decided). Safe
+// for concurrent use.
 type prefixCache struct {
 	blockTokens int
 	capBlocks   int
@@ -72,23 +78,23 @@ func blockHashes(model string, tokens []uint32, blockTokens int) []uint64 {
 // admit looks a prompt of tokens up and stores its blocks: it returns the
 // number of prompt tokens served from the cache (the leading blocks it
 // held, in whole blocks) and marks every full block of the prompt most
-// recently used, inserting the missing ones and evicting the least
-// recently used beyond the capacity.
+// recently used, its first block last (so the deepest are evicted first),
+// inserting the missing ones and evicting the least recently used beyond
+// the capacity.
 func (c *prefixCache) admit(model string, tokens []uint32) (hitTokens int) {
 	hashes := blockHashes(model, tokens, c.blockTokens)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	hit, run := 0, true
-	for _, h := range hashes {
-		if e, ok := c.index[h]; ok {
-			if run {
-				hit++
-			}
+	hit := 0
+	for hit < len(hashes) && c.index[hashes[hit]] != nil {
+		hit++
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		if e, ok := c.index[hashes[i]]; ok {
 			c.lru.MoveToFront(e)
-			continue
+		} else {
+			c.index[hashes[i]] = c.lru.PushFront(hashes[i])
 		}
-		run = false
-		c.index[h] = c.lru.PushFront(h)
 	}
 	for c.lru.Len() > c.capBlocks {
 		e := c.lru.Back()

@@ -73,9 +73,14 @@ func TestPrefixCacheAdmit(t *testing.T) {
 		{"history extends the prefix", 64, []step{{"m", sys, 0}, {"m", hist, 32}, {"m", hist, 48}}, 3},
 		{"another model is another cache key", 64, []step{{"m", sys, 0}, {"lora-a", sys, 0}}, 4},
 		{"a different first block shares nothing", 64, []step{{"m", sys, 0}, {"m", other + sys, 0}}, 4}, // 6 blocks, 4 fit
-		{"LRU evicts the oldest", 64, []step{{"m", sys, 0}, {"m", other, 0}, {"m", words("t", 16), 0}, {"m", sys, 0}}, 4},
+		// sys's deeper block goes first: its first block still hits.
+		{"LRU evicts the oldest, deepest first", 64, []step{{"m", sys, 0}, {"m", other, 0}, {"m", words("t", 16), 0}, {"m", sys, 16}}, 4},
+		{"LRU evicts the oldest prompt whole", 64, []step{{"m", sys, 0}, {"m", other, 0}, {"m", words("t", 32), 0}, {"m", sys, 0}}, 4},
+		// A history's own blocks go before the system prompt they extend
+		// (vLLM: same last use, longer prefix evicted first).
+		{"a shared prefix outlives a history on it", 64, []step{{"m", hist, 0}, {"m", other, 0}, {"m", sys, 32}}, 4},
 		{"a hit refreshes recency", 64, []step{{"m", sys, 0}, {"m", other, 0}, {"m", sys, 32}, {"m", words("t", 32), 0}, {"m", sys, 32}}, 4},
-		{"prompt larger than the cache", 32, []step{{"m", hist, 0}, {"m", hist, 0}}, 2},
+		{"prompt larger than the cache keeps its head", 32, []step{{"m", hist, 0}, {"m", hist, 32}}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
