@@ -241,11 +241,13 @@ func (f *fairShare) mustYieldLocked(key string, t Tenant, slots, free int, now t
 			delete(m, name) // forgotten after fairActiveFor
 		}
 	}
-	share := func(w uint64) float64 { return float64(slots) * float64(w) / float64(sum) }
 	held := 0
 	if me := m[t.Name]; me != nil {
 		held = me.inflight
+	} else {
+		sum += weightOf(t) // not seen here yet
 	}
+	share := func(w uint64) float64 { return float64(slots) * float64(w) / float64(sum) }
 	if held == 0 || float64(held+1) <= share(weightOf(t)) {
 		return false // below its share, or nothing in flight: it may take the last slot
 	}
