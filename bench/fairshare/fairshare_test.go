@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	routingbench "github.com/tidegpu/tidegpu/bench/routing"
 
 	"github.com/tidegpu/tidegpu/internal/gateway"
@@ -237,28 +237,12 @@ type arrival struct {
 // in this process, behind the tenant middleware with keys if withKeys, on a
 // loopback socket.
 func start(t *testing.T, addrs []string, maxInFlight int, withKeys bool, keys *tenant.Keys) (string, func()) {
-	g, err := gateway.New(gateway.Options{BackendMaxInFlight: maxInFlight, BackendQueue: 64, BackendQueueWait: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bs []gateway.Backend
-	for i, a := range addrs {
-		bs = append(bs, gateway.Backend{ID: fmt.Sprint("b", i), Pool: "bench", Address: a})
-	}
-	g.SetBackends("bench", bs)
-	var h http.Handler = g
+	var front func(*gateway.Gateway) (http.Handler, error)
 	if withKeys {
-		if h, err = tenant.Middleware(g, keys, tenant.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		front = func(g *gateway.Gateway) (http.Handler, error) { return tenant.Middleware(g, keys, tenant.Options{}) }
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() { _ = srv.Close(); g.Close() }
+	url, _, stop := peer.StartGatewayBehind(t, gateway.Options{BackendMaxInFlight: maxInFlight, BackendQueue: 64, BackendQueueWait: 20 * time.Second}, addrs, front)
+	return url, stop
 }
 
 // drive sends the arrivals open-loop: each at its time whatever the others

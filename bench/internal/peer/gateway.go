@@ -17,6 +17,14 @@ import (
 // metrics source, which the caller made).
 func StartGateway(t testing.TB, opts gateway.Options, addrs []string) (string, *gateway.Gateway, func()) {
 	t.Helper()
+	return StartGatewayBehind(t, opts, addrs, nil)
+}
+
+// StartGatewayBehind is StartGateway with the gateway behind the handler
+// front returns (the tenant middleware, say); nil front serves the gateway
+// itself.
+func StartGatewayBehind(t testing.TB, opts gateway.Options, addrs []string, front func(*gateway.Gateway) (http.Handler, error)) (string, *gateway.Gateway, func()) {
+	t.Helper()
 	g, err := gateway.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +38,14 @@ func StartGateway(t testing.TB, opts gateway.Options, addrs []string) (string, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	var h http.Handler = g
+	if front != nil {
+		if h, err = front(g); err != nil {
+			g.Close()
+			t.Fatal(err)
+		}
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	if opts.Metrics != nil {
 		deadline := time.Now().Add(10 * time.Second)
