@@ -34,10 +34,27 @@ const (
 	inprocEnv = "TIDEGPU_IDLE_INPROC"
 	childEnv  = "TIDEGPU_IDLE_CHILD" // "sim ADDR" or "gateway ADDR ADMIN BACKEND..."
 	// profileEnv names a directory for a CPU profile of each in-process
-	// gateway over its first profileFor (idle-cpu-N.pprof, N backends).
-	profileEnv = "TIDEGPU_IDLE_PROFILE"
-	profileFor = 60 * time.Second
+	// gateway (idle-cpu-N.pprof, N backends), from profileFromEnv after its
+	// start (default 0: from the start) for profileForEnv (default 60s).
+	// Skipping the settle (40s) profiles what the long variant measures.
+	profileEnv     = "TIDEGPU_IDLE_PROFILE"
+	profileFromEnv = "TIDEGPU_IDLE_PROFILE_FROM"
+	profileForEnv  = "TIDEGPU_IDLE_PROFILE_FOR"
+	profileFor     = 60 * time.Second
 )
+
+// envDuration reads a duration from the environment, def if unset.
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 40s", name, v)
+	}
+	return d, nil
+}
 
 func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
@@ -69,16 +86,26 @@ func runChild(args []string) error {
 		}
 		g.SetBackends("default", bs)
 		if dir := os.Getenv(profileEnv); dir != "" {
-			// A CPU profile of the idle gateway, from its start.
+			// A CPU profile of the idle gateway.
+			from, err := envDuration(profileFromEnv, 0)
+			if err != nil {
+				return err
+			}
+			length, err := envDuration(profileForEnv, profileFor)
+			if err != nil {
+				return err
+			}
 			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("idle-cpu-%d.pprof", len(bs))))
 			if err != nil {
 				return err
 			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
 			go func() {
-				time.Sleep(profileFor) // the profile's length
+				time.Sleep(from) // the profile's start: a time, not a condition
+				if err := pprof.StartCPUProfile(f); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return
+				}
+				time.Sleep(length) // the profile's length
 				pprof.StopCPUProfile()
 				f.Close()
 			}()

@@ -170,6 +170,7 @@ func (g *Gateway) full(u *Upstream) bool {
 func (g *Gateway) claim(u *Upstream) bool {
 	if g.fair == nil {
 		u.inflight.Add(1)
+		g.wakeIdle()
 		return true
 	}
 	for {
@@ -178,6 +179,7 @@ func (g *Gateway) claim(u *Upstream) bool {
 			return false
 		}
 		if u.inflight.CompareAndSwap(n, n+1) {
+			g.wakeIdle()
 			return true
 		}
 	}

@@ -270,6 +270,8 @@ type Gateway struct {
 	kick      chan struct{} // asks the prober for a round now
 	probeDone chan struct{}
 	closeOnce sync.Once
+
+	readWake, probeWake *wakeup // a request wakes the sleeping loops (idle.go)
 }
 
 // table is an immutable snapshot of the published backends.
@@ -322,6 +324,8 @@ func New(opts Options) (*Gateway, error) {
 		streamIdle:      opts.StreamIdleTimeout,
 		changed:         make(chan struct{}),
 		kick:            make(chan struct{}, 1),
+		readWake:        newWakeup(),
+		probeWake:       newWakeup(),
 	}
 	var errs []error
 	bad := func(field, format string, args ...any) {

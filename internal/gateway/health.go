@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // isConnectFailure reports whether err says that nothing accepts
@@ -80,26 +82,56 @@ func (g *Gateway) recordSuccess(u *Upstream, latency time.Duration, stream bool)
 	u.mu.Unlock()
 }
 
-// probeLoop wakes every probeInterval, and at once when a backend that
-// must be probed before admission was added, and probes the backends that
-// are due (see probeDue: a backend that stays healthy, unchanged and idle
-// is probed less and less often, up to DefaultProbeMaxInterval).
+// probeLoop probes the backends that are due (see probeDue: a backend that
+// stays healthy, unchanged and idle is probed less and less often, up to
+// DefaultProbeMaxInterval). It sleeps until the next probe is due, and
+// wakes early when a backend that must be probed before admission was
+// added (kick), the backends or their health change, or a request starts
+// on one while it sleeps longer than probeInterval (see idle.go).
 func (g *Gateway) probeLoop() {
 	defer close(g.probeDone)
-	t := g.clock.NewTimer(g.probeInterval)
-	defer t.Stop()
 	sched := map[*Upstream]probeState{}
+	wait, ok := g.probeInterval, true // the first round after one interval
 	for {
+		changed := g.changeCh()
+		var tc <-chan time.Time
+		var t clock.Timer
+		if ok {
+			t = g.clock.NewTimer(wait)
+			tc = t.C()
+		}
 		select {
 		case <-g.ctx.Done():
-			return
-		case <-t.C():
+		case <-tc:
 		case <-g.kick:
+		case <-changed:
+		case <-g.probeWake.ch:
+		}
+		if t != nil {
 			t.Stop()
 		}
+		if g.ctx.Err() != nil {
+			return
+		}
+		g.probeWake.asleep.Store(true) // before the look, as in metricsLoop
 		g.probeDue(g.ctx, sched)
-		t.Reset(g.probeInterval)
+		wait, ok = sleepFor(g.probesDue(sched), g.clock.Now())
+		if ok && wait <= g.probeInterval {
+			g.probeWake.asleep.Store(false)
+		}
 	}
+}
+
+// probesDue returns when each known backend is next due for a probe, as of
+// now (probeNext).
+func (g *Gateway) probesDue(sched map[*Upstream]probeState) []time.Time {
+	now := g.clock.Now()
+	ups := g.upstreams()
+	due := make([]time.Time, 0, len(ups))
+	for _, u := range ups {
+		due = append(due, probeNext(sched[u], g.viewForProbe(u, now), g.probeInterval))
+	}
+	return due
 }
 
 // probeMaxInterval is the cap of the probe back-off.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
@@ -17,6 +18,15 @@ import (
 // else: a failure, a changed answer, a request sent to it, a request in
 // flight on it. The decisions are the pure functions below; the loops in
 // health.go and signals.go apply them.
+//
+// The loops do not poll: each sleeps until its next read is due (or the
+// base interval while a backend is busy or unhealthy), and wakes early when
+// the backends change (SetBackends, a health change) or a request starts
+// on a backend while it sleeps longer than the base interval (wakeIdle).
+// Backed-off reads fall on multiples of their interval (alignedNext), so
+// that idle backends are read together in one wake-up, not one each: on a
+// small machine every wake-up of an idle Go process costs about as much
+// CPU as a scrape (BENCHMARKS.md, "Idle cost").
 
 // Caps of the back-off.
 const (
@@ -56,41 +66,82 @@ type probeState struct {
 	probed   bool
 	at       time.Time     // the last probe
 	every    time.Duration // the interval after it
+	next     time.Time     // when the next is due if nothing changes (alignedNext)
 	answer   uint64        // the last answer (status and body, FNV-1a)
 	failures uint64        // probeView.failures at the last probe
 }
 
-// probeDue reports whether a backend is due for a probe at now. A request
-// that got an answer is as good a sign of life as a probe, so the interval
-// runs from the later of the two while the backend is healthy. While it
-// is unhealthy or ejected, has requests in flight (a hung backend must be
-// caught so they are retried) or failed a request since the last probe,
-// the interval is base. Pure.
-func probeDue(st probeState, v probeView, now time.Time, base time.Duration) bool {
+// probeNext returns when a backend is next due for a probe; the zero time
+// if never probed (at once). A request that got an answer is as good a
+// sign of life as a probe, so the interval runs from the later of the two
+// while the backend is healthy. While it is unhealthy or ejected, has
+// requests in flight (a hung backend must be caught so they are retried) or
+// failed a request since the last probe, the interval is base. Pure.
+func probeNext(st probeState, v probeView, base time.Duration) time.Time {
 	if !st.probed {
-		return true
+		return time.Time{}
 	}
-	every, from := st.every, st.at
+	every, next := st.every, st.next
+	if next.IsZero() {
+		next = st.at.Add(every)
+	}
 	if !v.healthy || v.inFlight > 0 || v.failures != st.failures {
-		every = base
+		every, next = base, st.at.Add(base)
 	}
-	if v.healthy && v.lastOK.After(from) {
-		from = v.lastOK
+	if v.healthy && v.lastOK.After(st.at) {
+		return v.lastOK.Add(every)
 	}
-	return !now.Before(from.Add(every))
+	return next
+}
+
+// probeDue reports whether a backend is due for a probe at now (see
+// probeNext). Pure.
+func probeDue(st probeState, v probeView, now time.Time, base time.Duration) bool {
+	return !now.Before(probeNext(st, v, base))
 }
 
 // probed returns the state after a probe at now that found the backend
 // in view v (as planned) and answered ok with answer. Pure.
 func probed(st probeState, v probeView, now time.Time, ok bool, answer uint64, base, maxEvery time.Duration) probeState {
 	steady := ok && st.probed && answer == st.answer && v.healthy && v.inFlight == 0 && v.failures == st.failures
+	every := backoff(st.every, steady, base, maxEvery)
 	return probeState{
 		probed:   true,
 		at:       now,
-		every:    backoff(st.every, steady, base, maxEvery),
+		every:    every,
+		next:     alignedNext(now, every, base),
 		answer:   answer,
 		failures: v.failures,
 	}
+}
+
+// alignedNext returns when the next read (or probe) after one at now with
+// interval every is due: now+every at the base interval; for a backed-off
+// one, the last multiple of every (counted from the zero time) at or before
+// now+every, so that backends idling at the same interval are read at the
+// same instants and a sleeping loop wakes once for all of them, not once
+// each. It is never less than base after now: the multiple after is taken
+// instead, so the gap is at least base and under every+base (a polling
+// loop ticking at base was as late). Pure.
+func alignedNext(now time.Time, every, base time.Duration) time.Time {
+	if every <= base {
+		return now.Add(every)
+	}
+	next := now.Add(every).Truncate(every)
+	if next.Sub(now) < base {
+		next = next.Add(every)
+	}
+	return next
+}
+
+// sleepFor returns how long a loop that plans by due times sleeps at now:
+// until the earliest of them, 0 if one is past; forever (ok false) if
+// there is none. Pure.
+func sleepFor(due []time.Time, now time.Time) (d time.Duration, ok bool) {
+	if len(due) == 0 {
+		return 0, false
+	}
+	return max(slices.MinFunc(due, time.Time.Compare).Sub(now), 0), true
 }
 
 // readView is what the metrics loop sees of a backend when it plans a read.
@@ -104,22 +155,32 @@ type readState struct {
 	read     bool
 	at       time.Time     // the last read
 	every    time.Duration // the interval after it
+	next     time.Time     // when the next is due while it idles (alignedNext)
 	requests uint64        // readView.requests at the last read
 	last     loadmetrics.BackendMetrics
 }
 
-// readDue reports whether a backend's metrics are due at now: the base
-// interval while requests go to it (balancing needs its signals when there
-// is load to balance), the backed-off one while it idles. Pure.
-func readDue(st readState, v readView, now time.Time, base time.Duration) bool {
+// readNext returns when a backend's metrics are next due; the zero time if
+// never read (at once): the base interval after the last read while
+// requests go to it (balancing needs its signals when there is load to
+// balance), the backed-off time while it idles. Pure.
+func readNext(st readState, v readView, base time.Duration) time.Time {
 	if !st.read {
-		return true
+		return time.Time{}
 	}
-	every := st.every
 	if v.inFlight > 0 || v.requests != st.requests {
-		every = base
+		return st.at.Add(base)
 	}
-	return !now.Before(st.at.Add(every))
+	if st.next.IsZero() {
+		return st.at.Add(st.every)
+	}
+	return st.next
+}
+
+// readDue reports whether a backend's metrics are due at now (see
+// readNext). Pure.
+func readDue(st readState, v readView, now time.Time, base time.Duration) bool {
+	return !now.Before(readNext(st, v, base))
 }
 
 // readDone returns the state after a read at now that found the backend in
@@ -133,6 +194,7 @@ func readDone(st readState, v readView, now time.Time, m loadmetrics.BackendMetr
 	} else {
 		next.every = base
 	}
+	next.next = alignedNext(now, next.every, base)
 	return next
 }
 
@@ -172,4 +234,33 @@ func sameLoad(a, b loadmetrics.BackendMetrics) bool {
 		a.TTFTP50 == b.TTFTP50 && a.TTFTP99 == b.TTFTP99 &&
 		a.InFlight == b.InFlight && a.Latency == b.Latency && a.ErrorRate == b.ErrorRate &&
 		slices.Equal(a.Loaded, b.Loaded)
+}
+
+// wakeup wakes a loop that sleeps longer than its base interval when a
+// request starts: the loop sets asleep before it looks at the backends, and
+// clears it when it will look again within base anyway; a request that
+// starts while it is set sends on ch (buffered, one pending wake is enough).
+type wakeup struct {
+	asleep atomic.Bool
+	ch     chan struct{}
+}
+
+func newWakeup() *wakeup { return &wakeup{ch: make(chan struct{}, 1)} }
+
+// wake wakes the loop if it sleeps long. Cheap when it does not: one
+// atomic load on the request path.
+func (w *wakeup) wake() {
+	if w.asleep.Load() {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeIdle tells the probe and metrics loops that a request started on a
+// backend: one that idled is read and probed at the base interval again.
+func (g *Gateway) wakeIdle() {
+	g.readWake.wake()
+	g.probeWake.wake()
 }

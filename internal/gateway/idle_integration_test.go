@@ -151,3 +151,33 @@ func TestIdleProbeNoticesADeadBackend(t *testing.T) {
 	}
 	t.Logf("marked unhealthy %d intervals after its death", steps)
 }
+
+// TestARequestWakesTheSleepingLoops: once the reads and probes of an idle
+// backend have backed off, the loops sleep until the next is due instead
+// of polling; a request that starts on the backend wakes them, so it is
+// read at once, with no clock step (a polling loop would have waited for
+// its next tick).
+func TestARequestWakesTheSleepingLoops(t *testing.T) {
+	a := newCountingSim(t)
+	fc := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	src := loadmetrics.NewScrape(loadmetrics.ScrapeOptions{Clock: fc})
+	defer src.Close()
+	const base = time.Second
+	h := newHarness(t, Options{Clock: fc, Metrics: src, MetricsInterval: base, ProbeInterval: base})
+	h.g.SetBackends("p", []Backend{{ID: "a", Pool: "p", Address: a.Listener.Addr().String()}})
+	// Backed off to the caps, and the last read over base ago (the reads
+	// fall on multiples of 5 s): a read is due as soon as a request starts.
+	for range 31 {
+		poll(t, 5*time.Second, "both loops waiting", func() bool { return fc.Waiters() >= 2 })
+		fc.Step(base)
+	}
+	poll(t, 5*time.Second, "both loops waiting", func() bool { return fc.Waiters() >= 2 })
+	if !h.g.readWake.asleep.Load() || !h.g.probeWake.asleep.Load() {
+		t.Fatalf("idle loops not asleep past their base interval (reads %v, probes %v)", h.g.readWake.asleep.Load(), h.g.probeWake.asleep.Load())
+	}
+	before := a.scrapes.Load()
+	if be := generateVia(t, h); be != "a" {
+		t.Fatalf("request answered by %q", be)
+	}
+	poll(t, 5*time.Second, "a read woken by the request, the clock not stepped", func() bool { return a.scrapes.Load() > before })
+}

@@ -202,3 +202,77 @@ func TestSameLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestAlignedNext(t *testing.T) {
+	const base = 250 * time.Millisecond
+	at := func(s float64) time.Time { return time.Unix(1_000_000, 0).Add(time.Duration(s * float64(time.Second))) }
+	for _, tt := range []struct {
+		name  string
+		now   time.Time
+		every time.Duration
+		want  time.Time
+	}{
+		{"base: not aligned", at(0.1), base, at(0.35)},
+		{"on the grid: a whole interval", at(0), 5 * time.Second, at(5)},
+		{"off the grid: the multiple before now+every", at(1.3), 5 * time.Second, at(5)},
+		{"the multiple is less than base away: the one after", at(4.9), 5 * time.Second, at(10)},
+		{"exactly base away is enough", at(4.75), 5 * time.Second, at(5)},
+		{"2 s grid", at(3.1), 2 * time.Second, at(4)},
+	} {
+		got := alignedNext(tt.now, tt.every, base)
+		if !got.Equal(tt.want) {
+			t.Errorf("%s: alignedNext(%v, %v) = %v, want %v", tt.name, tt.now.Sub(at(0)), tt.every, got.Sub(at(0)), tt.want.Sub(at(0)))
+		}
+		if gap := got.Sub(tt.now); gap < min(base, tt.every) || gap >= tt.every+base {
+			t.Errorf("%s: gap %v outside [base, every+base)", tt.name, gap)
+		}
+	}
+	// Two backends read at different times in one interval are next read
+	// at the same instant.
+	g := alignedNext(at(0), 4*time.Second, base) // a point of the 4 s grid
+	if a, b := alignedNext(g.Add(300*time.Millisecond), 4*time.Second, base), alignedNext(g.Add(1900*time.Millisecond), 4*time.Second, base); !a.Equal(b) || !a.Equal(g.Add(4*time.Second)) {
+		t.Errorf("not aligned: %v and %v, want both %v", a.Sub(at(0)), b.Sub(at(0)), g.Add(4*time.Second).Sub(at(0)))
+	}
+}
+
+func TestSleepFor(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	if _, ok := sleepFor(nil, now); ok {
+		t.Error("nothing due: want to sleep until woken")
+	}
+	if d, ok := sleepFor([]time.Time{now.Add(3 * time.Second), now.Add(time.Second), now.Add(2 * time.Second)}, now); !ok || d != time.Second {
+		t.Errorf("sleepFor = %v, %v; want the earliest, 1s", d, ok)
+	}
+	if d, ok := sleepFor([]time.Time{now.Add(time.Second), {}}, now); !ok || d != 0 {
+		t.Errorf("a backend due at once (zero time): %v, %v; want 0", d, ok)
+	}
+}
+
+// TestNextFollowsTheAlignedSchedule: the due times of a backed-off backend
+// are the aligned ones while it idles, and the base interval from the last
+// read or probe as soon as something happens on it.
+func TestNextFollowsTheAlignedSchedule(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0).Add(300 * time.Millisecond)
+	const base, maxEvery = time.Second, 30 * time.Second
+	// Probes.
+	idle := probeView{healthy: true, failures: 1}
+	st := probed(probeState{probed: true, at: t0.Add(-4 * time.Second), every: 4 * time.Second, answer: 9, failures: 1}, idle, t0, true, 9, base, maxEvery)
+	if want := alignedNext(t0, 8*time.Second, base); st.every != 8*time.Second || !st.next.Equal(want) || !probeNext(st, idle, base).Equal(want) {
+		t.Errorf("probe: every %v, next %v; want 8s, %v", st.every, st.next, want)
+	}
+	if got := probeNext(st, probeView{healthy: true, failures: 1, inFlight: 1}, base); !got.Equal(t0.Add(base)) {
+		t.Errorf("probe with a request in flight due at %v, want base after the last", got)
+	}
+	// Reads.
+	q := loadmetrics.BackendMetrics{Has: loadmetrics.FieldQueueDepth}
+	rs := readDone(readState{read: true, at: t0.Add(-2 * time.Second), every: 2 * time.Second, requests: 5, last: q}, readView{requests: 5}, t0, q, true, base, maxEvery)
+	if want := alignedNext(t0, 4*time.Second, base); !rs.next.Equal(want) || !readNext(rs, readView{requests: 5}, base).Equal(want) {
+		t.Errorf("read: next %v, want %v", rs.next, want)
+	}
+	if got := readNext(rs, readView{requests: 6}, base); !got.Equal(t0.Add(base)) {
+		t.Errorf("read after a request due at %v, want base after the last", got)
+	}
+	if !readNext(readState{}, readView{}, base).IsZero() || !probeNext(probeState{}, idle, base).IsZero() {
+		t.Error("never read or probed: want due at once (the zero time)")
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 )
 
@@ -255,23 +257,59 @@ func (g *Gateway) SignalStatus() map[string]SignalState {
 	return out
 }
 
-// metricsLoop reads Options.Metrics until Close: every MetricsInterval
-// the backends that are due (see readDue: one that idles with the same
-// values is read less and less often, up to DefaultMetricsMaxInterval, and
-// at the base interval again as soon as a request goes to it).
+// metricsLoop reads Options.Metrics until Close: the backends that are
+// due (see readDue: one that idles with the same values is read less and
+// less often, up to DefaultMetricsMaxInterval, and at the base interval
+// again as soon as a request goes to it). It sleeps until the next read is
+// due, and wakes early when the backends change or a request starts on one
+// while it sleeps longer than MetricsInterval (see idle.go).
 func (g *Gateway) metricsLoop() {
 	defer close(g.metricsDone)
 	sched := map[*Upstream]readState{}
 	for {
+		changed := g.changeCh()
+		// Set before the backends are looked at: a request that starts
+		// after the look wakes the loop.
+		g.readWake.asleep.Store(true)
 		g.refreshDue(g.ctx, sched)
-		t := g.clock.NewTimer(g.metricsInterval)
+		wait, ok := sleepFor(g.readsDue(sched), g.clock.Now())
+		if ok && wait <= g.metricsInterval {
+			g.readWake.asleep.Store(false) // back within base anyway
+		}
+		var tc <-chan time.Time
+		var t clock.Timer
+		if ok {
+			t = g.clock.NewTimer(wait)
+			tc = t.C()
+		}
 		select {
 		case <-g.ctx.Done():
+		case <-tc:
+		case <-changed:
+		case <-g.readWake.ch:
+		}
+		if t != nil {
 			t.Stop()
+		}
+		if g.ctx.Err() != nil {
 			return
-		case <-t.C():
 		}
 	}
+}
+
+// readsDue returns when each published backend that reads metrics is next
+// due, as of now (readNext).
+func (g *Gateway) readsDue(sched map[*Upstream]readState) []time.Time {
+	t := g.table.Load()
+	due := make([]time.Time, 0, len(t.all))
+	for _, u := range t.all {
+		if u.noMetrics.Load() {
+			continue
+		}
+		v := readView{inFlight: u.inflight.Load(), requests: u.requests.Load()}
+		due = append(due, readNext(sched[u], v, g.metricsInterval))
+	}
+	return due
 }
 
 // metricsMaxInterval is the cap of the metrics read back-off.

@@ -10,13 +10,16 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/utils/clock"
 )
 
@@ -87,8 +90,9 @@ type Scrape struct {
 	clock    clock.PassiveClock
 	family   Family
 
-	mu   sync.Mutex
-	prev map[string]*scrapeState // by scrapeKey
+	mu    sync.Mutex
+	prev  map[string]*scrapeState // by scrapeKey
+	plans map[string]*scrapePlan  // by scrapeKey
 }
 
 // scrapeState is what the last good scrape of one address and family
@@ -115,6 +119,7 @@ func NewScrape(o ScrapeOptions) *Scrape {
 		clock:    o.Clock,
 		family:   o.Family,
 		prev:     map[string]*scrapeState{},
+		plans:    map[string]*scrapePlan{},
 	}
 	if s.path == "" {
 		s.path = DefaultScrapePath
@@ -157,6 +162,7 @@ func (s *Scrape) Close() {
 	}
 	s.mu.Lock()
 	s.prev = map[string]*scrapeState{}
+	s.plans = map[string]*scrapePlan{}
 	s.mu.Unlock()
 }
 
@@ -259,37 +265,97 @@ func (s *Scrape) forget(keys []string, now time.Time) {
 		if st := s.prev[k]; st != nil {
 			st.used = now
 		}
+		if p := s.plans[k]; p != nil {
+			p.used = now
+		}
 	}
 	for k, st := range s.prev {
 		if now.Sub(st.used) > forgetAfter {
 			delete(s.prev, k)
 		}
 	}
+	for k, p := range s.plans {
+		if now.Sub(p.used) > forgetAfter {
+			delete(s.plans, k)
+		}
+	}
 }
+
+// scrapePlan is what every scrape of one key asks and keeps: the URL, with
+// the wanted names as name[] parameters, and the family's reader.
+type scrapePlan struct {
+	url    string // with the name[] query
+	plain  string // without: for a server that refused the query
+	reader *familyReader
+	// refused: the server answered the query with 400 Bad Request; it is
+	// asked without from then on.
+	refused atomic.Bool
+	used    time.Time // guarded by Scrape.mu
+}
+
+// nameQuery returns the query that asks a server for family f's metrics
+// only (the zero Family: every family's) with the name[] parameter of the
+// Prometheus client libraries (client_golang's promhttp and client_java
+// match it against family names, client_python against sample names, so a
+// histogram's _bucket, _sum and _count are named too). Servers without it
+// (TGI, llama.cpp) ignore it and send everything, which the text filter
+// then skips. Pure.
+func nameQuery(f Family) string {
+	fams := []Family{f}
+	if f.Queue == "" {
+		fams = Families
+	}
+	q := url.Values{}
+	seen := map[string]bool{}
+	add := func(n string) {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			q.Add("name[]", n)
+		}
+	}
+	add(MetricGPUUtil)
+	for _, g := range fams {
+		for _, n := range g.names() {
+			add(n)
+		}
+		if g.TTFT != "" {
+			for _, suf := range histogramSuffixes {
+				add(g.TTFT + suf)
+			}
+		}
+	}
+	return q.Encode()
+}
+
+// plan returns the plan of key k, made on first use.
+func (s *Scrape) plan(k, address string, fam Family) *scrapePlan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.plans[k]; p != nil {
+		return p
+	}
+	plain := "http://" + address + s.path
+	p := &scrapePlan{url: plain + "?" + nameQuery(fam), plain: plain, reader: newFamilyReader(fam), used: s.clock.Now()}
+	s.plans[k] = p
+	return p
+}
+
+// bodyBufs are the buffers scrape answers are read into, kept across
+// scrapes; one larger than maxPooledBody is let go.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 1 << 20
 
 // scrapeOne reads the metrics at address with family fam (the zero Family:
 // detected), under key k.
 func (s *Scrape) scrapeOne(ctx context.Context, k, address string, fam Family) (BackendMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+address+s.path, nil)
-	if err != nil {
-		return BackendMetrics{}, err
-	}
-	req.Header.Set("Accept", acceptText)
-	req.Header.Set("User-Agent", "tidegpu-metrics-scrape")
+	plan := s.plan(k, address, fam)
 	s.mu.Lock()
 	prev := s.prev[k]
 	s.mu.Unlock()
-	if prev != nil {
-		if prev.etag != "" {
-			req.Header.Set("If-None-Match", prev.etag)
-		}
-		if prev.lastMod != "" {
-			req.Header.Set("If-Modified-Since", prev.lastMod)
-		}
-	}
-	resp, err := s.client.Do(req)
+	resp, err := s.get(ctx, plan, prev)
 	if err != nil {
 		return BackendMetrics{}, err
 	}
@@ -302,13 +368,23 @@ func (s *Scrape) scrapeOne(ctx context.Context, k, address string, fam Family) (
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		return BackendMetrics{}, fmt.Errorf("status %s", resp.Status)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxBytes+1))
-	if err != nil {
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			bodyBufs.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, s.maxBytes+1)); err != nil {
 		return BackendMetrics{}, fmt.Errorf("reading: %w", err)
 	}
-	if int64(len(body)) > s.maxBytes {
+	if int64(buf.Len()) > s.maxBytes {
 		return BackendMetrics{}, fmt.Errorf("answer larger than %d bytes", s.maxBytes)
 	}
+	// Only the wanted families' lines count: an answer whose other
+	// families moved (a counter of tokens served) is not parsed again.
+	format := expfmt.ResponseFormat(resp.Header)
+	body := plan.reader.filter(buf.Bytes(), format, true)
 	h := fnv.New64a()
 	_, _ = h.Write(body)
 	sum := h.Sum64()
@@ -325,7 +401,7 @@ func (s *Scrape) scrapeOne(ctx context.Context, k, address string, fam Family) (
 		}
 		return s.reuse(prev), nil
 	}
-	m, ttft, err := ParseFamily(body, expfmt.ResponseFormat(resp.Header), fam)
+	m, ttft, err := plan.reader.read(body, format)
 	if err != nil {
 		return BackendMetrics{}, err
 	}
@@ -342,6 +418,40 @@ func (s *Scrape) scrapeOne(ctx context.Context, k, address string, fam Family) (
 		m.setTTFT(HistogramQuantile(0.5, delta), HistogramQuantile(0.99, delta))
 	}
 	return m, nil
+}
+
+// get sends the scrape of plan, conditional on prev's validators; with
+// the name[] query unless the server refused it, and again without it if
+// it does now (400 Bad Request).
+func (s *Scrape) get(ctx context.Context, plan *scrapePlan, prev *scrapeState) (*http.Response, error) {
+	for {
+		refused := plan.refused.Load()
+		u := plan.url
+		if refused {
+			u = plan.plain
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", acceptText)
+		req.Header.Set("User-Agent", "tidegpu-metrics-scrape")
+		if prev != nil {
+			if prev.etag != "" {
+				req.Header.Set("If-None-Match", prev.etag)
+			}
+			if prev.lastMod != "" {
+				req.Header.Set("If-Modified-Since", prev.lastMod)
+			}
+		}
+		resp, err := s.client.Do(req)
+		if err != nil || refused || resp.StatusCode != http.StatusBadRequest {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		plan.refused.Store(true)
+	}
 }
 
 // reuse returns the values of an answer that did not change since prev,
@@ -378,17 +488,83 @@ func ParseExposition(body []byte, format expfmt.Format) (BackendMetrics, []Bucke
 // ones. It fails on malformed input and, with ErrNoMetrics, on input
 // without a usable queue gauge. ObservedAt is left zero. Pure.
 func ParseFamily(body []byte, format expfmt.Format, f Family) (BackendMetrics, []Bucket, error) {
-	if format.FormatType() == expfmt.TypeUnknown {
-		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+	return newFamilyReader(f).parse(body, format, false)
+}
+
+// familyReader reads the expositions of one Family (the zero Family:
+// detected): the metric names it keeps. Built once per scrape key.
+type familyReader struct {
+	f    Family
+	want familySet
+}
+
+// wantedNames returns the metric names read with family f: its own and
+// the simulator's GPU utilisation, or every family's for the zero Family
+// (detection). Pure.
+func wantedNames(f Family) []string {
+	out := []string{MetricGPUUtil}
+	if f.Queue != "" {
+		return append(out, f.names()...)
 	}
-	wanted := map[string]bool{MetricGPUUtil: true}
 	for _, g := range Families {
-		for _, n := range g.names() {
-			wanted[n] = true
-		}
+		out = append(out, g.names()...)
 	}
-	for _, n := range f.names() {
-		wanted[n] = true
+	return out
+}
+
+// newFamilyReader returns the reader of family f's expositions.
+func newFamilyReader(f Family) *familyReader {
+	return &familyReader{f: f, want: newFamilySet(wantedNames(f))}
+}
+
+// textParsers reuse expfmt's text parsers (and their read buffers) across
+// scrapes, one pool per name validation scheme.
+var textParsers = [2]sync.Pool{
+	{New: func() any { p := expfmt.NewTextParser(model.LegacyValidation); return &p }},
+	{New: func() any { p := expfmt.NewTextParser(model.UTF8Validation); return &p }},
+}
+
+// isText reports whether format is read as the text format: text/plain,
+// or an unknown one.
+func isText(format expfmt.Format) bool {
+	t := format.FormatType()
+	return t == expfmt.TypeTextPlain || t == expfmt.TypeUnknown
+}
+
+// filter returns the lines of a text body that r reads (filterText), or
+// body itself (another format, or one filterText leaves whole). With owned,
+// body is the caller's to overwrite and is filtered in place.
+func (r *familyReader) filter(body []byte, format expfmt.Format, owned bool) []byte {
+	if !isText(format) {
+		return body
+	}
+	var dst []byte
+	if owned {
+		dst = body[:0]
+	}
+	if kept, ok := filterText(dst, body, r.want); ok {
+		return kept
+	}
+	return body
+}
+
+// decode returns the metric families of body in format by name: the wanted
+// ones, and, in text (which filter has already thinned), whatever else is
+// left.
+func (r *familyReader) decode(body []byte, format expfmt.Format) (map[string]*dto.MetricFamily, error) {
+	if isText(format) {
+		// The scheme expfmt.NewDecoder would use for this format.
+		pool := &textParsers[0]
+		if format.ToEscapingScheme() == model.NoEscaping {
+			pool = &textParsers[1]
+		}
+		p := pool.Get().(*expfmt.TextParser)
+		defer pool.Put(p)
+		found, err := p.TextToMetricFamilies(bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("parsing metrics: %w", err)
+		}
+		return found, nil
 	}
 	found := map[string]*dto.MetricFamily{}
 	dec := expfmt.NewDecoder(bytes.NewReader(body), format)
@@ -399,9 +575,9 @@ func ParseFamily(body []byte, format expfmt.Format, f Family) (BackendMetrics, [
 			break
 		}
 		if err != nil {
-			return BackendMetrics{}, nil, fmt.Errorf("parsing metrics: %w", err)
+			return nil, fmt.Errorf("parsing metrics: %w", err)
 		}
-		if !wanted[mf.GetName()] {
+		if !r.want[mf.GetName()] {
 			continue
 		}
 		if prev, ok := found[mf.GetName()]; ok { // the same name twice: one family
@@ -410,6 +586,22 @@ func ParseFamily(body []byte, format expfmt.Format, f Family) (BackendMetrics, [
 		}
 		found[mf.GetName()] = mf
 	}
+	return found, nil
+}
+
+// parse is ParseFamily with r's family; with owned, body is the caller's
+// to overwrite.
+func (r *familyReader) parse(body []byte, format expfmt.Format, owned bool) (BackendMetrics, []Bucket, error) {
+	return r.read(r.filter(body, format, owned), format)
+}
+
+// read is parse of a body filter returned.
+func (r *familyReader) read(body []byte, format expfmt.Format) (BackendMetrics, []Bucket, error) {
+	found, err := r.decode(body, format)
+	if err != nil {
+		return BackendMetrics{}, nil, err
+	}
+	f := r.f
 	if f.Queue == "" {
 		for _, g := range Families {
 			if found[g.Queue] != nil {
