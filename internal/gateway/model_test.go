@@ -220,8 +220,11 @@ func TestVersionSplit(t *testing.T) {
 	for range 40 {
 		got[version(postModel(t, h, "m"))]++
 	}
-	if got["v1"] == 0 || got["v0"] == 0 {
-		t.Errorf("split without candidates: %v, want v0 and v1 used", got)
+	// v0 is in no split: a request there shows the split is ignored. (Not
+	// that v1 is used too: with every backend idle the policy may keep
+	// picking the one it found cheapest, which flaked 1 run in 6.)
+	if got["v0"] == 0 || got["v0"]+got["v1"] != 40 {
+		t.Errorf("split without candidates: %v, want every request answered and v0 used", got)
 	}
 	// Removing the split.
 	h.g.SetVersionSplit("m", nil)
