@@ -639,7 +639,8 @@ func (e *exchange) commit(a *attempt) {
 			if werr != nil {
 				return // the client went away; not the backend's fault
 			}
-			if rc != nil {
+			// Bytes that arrived with these go out in the same flush.
+			if rc != nil && (buf != nil || !src.Ready()) {
 				if rc.Flush() != nil {
 					return
 				}
