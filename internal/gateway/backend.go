@@ -19,8 +19,9 @@ import (
 // (GOFLAGS=-ldflags=-X=github.com/tidegpu/tidegpu/internal/gateway.backendClient=h1
 // runs a package's tests on it). The gateway, usage, tenant and e2e suites
 // pass on both. The Transport stays the default: h1 cuts the memory per
-// open stream by about 40 % but not the CPU per stream, which the change of
-// default asked for (BENCHMARKS.md, "issue 19, second increment").
+// open stream by about 40 % (and the CPU per short request by 14-27 %) but
+// not the CPU per stream, which the change of default asked for
+// (BENCHMARKS.md, "issue 19, second increment").
 var backendClient = "transport"
 
 // newBackendClient returns the h1 client for the proxied requests, with the
