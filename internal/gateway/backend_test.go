@@ -91,7 +91,7 @@ func TestBackendHeaderTimeoutRetries(t *testing.T) {
 // Only on the h1 client: the Transport usually sees the close first (its
 // read loop) and dials anew, but when it writes before it has seen it, it
 // does not retry a POST whose bytes went out, and the attempt fails (1 of
-// 100 requests here under -race, none of 150 without).
+// 80 such requests here under -race, none of 120 without).
 func TestBackendClosedIdleConnectionIsNoFailure(t *testing.T) {
 	if backendClient != "h1" {
 		t.Skip("the Transport fails a POST sent on a connection the backend closed an instant before; see the comment")
