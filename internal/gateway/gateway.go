@@ -19,6 +19,7 @@ import (
 	"github.com/rs/cors"
 	"k8s.io/utils/clock"
 
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
 )
 
@@ -224,6 +225,7 @@ type Gateway struct {
 	prefix        *PrefixAware // g.policy, if it is one: it gets the prompt
 	transport     http.RoundTripper
 	ownTransport  *http.Transport
+	h1            *h1.Client // the proxied requests' client (backend.go); nil: transport
 	probeOnce     sync.Once
 	probeRT       http.RoundTripper
 	clock         clock.Clock
@@ -492,6 +494,14 @@ func New(opts Options) (*Gateway, error) {
 	if g.transport == nil {
 		g.ownTransport = newTransport(cmp(opts.DialTimeout, DefaultDialTimeout), opts.ResponseHeaderTimeout)
 		g.transport = g.ownTransport
+		switch backendClient {
+		case "h1":
+			g.h1 = newBackendClient(cmp(opts.DialTimeout, DefaultDialTimeout), opts.ResponseHeaderTimeout)
+			g.transport = g.h1
+		case "transport":
+		default:
+			return nil, fmt.Errorf("gateway: the build's backendClient is %q: want \"h1\" or \"transport\" (-ldflags -X .../internal/gateway.backendClient=)", backendClient)
+		}
 	}
 	g.table.Store(emptyTable)
 	if opts.Registry != nil {
@@ -573,6 +583,9 @@ func (g *Gateway) Close() {
 		g.metrics.unregister()
 		if g.ownTransport != nil {
 			g.ownTransport.CloseIdleConnections()
+		}
+		if g.h1 != nil {
+			g.h1.Close()
 		}
 	})
 }

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // route maps a client path to the backend path: a path ending in
@@ -590,13 +592,19 @@ func (e *exchange) commit(a *attempt) {
 			rc = nil // a wrapping writer that cannot flush: copy unflushed
 		}
 	}
-	pool := &copyBufPool
-	if rc != nil {
-		pool = &streamBufPool
+	// A stream from the h1 client is read without a buffer of ours: Next
+	// waits for the next bytes holding none and hands out its own.
+	src, _ := resp.Body.(*h1.Body)
+	var buf []byte
+	if src == nil || rc == nil {
+		pool := &copyBufPool
+		if rc != nil {
+			pool = &streamBufPool
+		}
+		bufp := pool.Get().(*[]byte)
+		defer pool.Put(bufp)
+		buf = *bufp
 	}
-	bufp := pool.Get().(*[]byte)
-	defer pool.Put(bufp)
-	buf := *bufp
 	// idle cancels the attempt when the backend falls silent; it runs only
 	// while a read waits, so a slow client is not taken for a silent backend.
 	var idle *time.Timer
@@ -609,21 +617,30 @@ func (e *exchange) commit(a *attempt) {
 		if idle != nil {
 			idle.Reset(g.streamIdle)
 		}
-		n, rerr := resp.Body.Read(buf)
+		var p []byte
+		var rerr error
+		if buf == nil {
+			p, rerr = src.Next()
+		} else {
+			var n int
+			n, rerr = resp.Body.Read(buf)
+			p = buf[:n]
+		}
 		if idle != nil {
 			idle.Stop()
 		}
-		if n > 0 {
+		if len(p) > 0 {
 			var werr error
 			if strip != nil {
-				werr = strip.write(e.w, buf[:n])
+				werr = strip.write(e.w, p)
 			} else {
-				_, werr = e.w.Write(buf[:n])
+				_, werr = e.w.Write(p)
 			}
 			if werr != nil {
 				return // the client went away; not the backend's fault
 			}
-			if rc != nil {
+			// Bytes that arrived with these go out in the same flush.
+			if rc != nil && (buf != nil || !src.Ready()) {
 				if rc.Flush() != nil {
 					return
 				}

@@ -50,6 +50,38 @@ func (b *Body) Next() ([]byte, error) {
 	return p, nil
 }
 
+// Ready reports whether the next Next returns bytes already read, without
+// waiting for the backend. A proxy flushes what it wrote only when it is
+// not, so that tokens that arrived together leave in one write, as with
+// net/http's chunked reader, whose Read takes every chunk already buffered.
+func (b *Body) Ready() bool {
+	if b.err != nil || b.c == nil {
+		return false
+	}
+	rest := b.c.buffered()[b.out:]
+	if len(rest) == 0 {
+		return false
+	}
+	switch b.kind {
+	case bodyLength:
+		return b.left > int64(b.out)
+	case bodyUntilEOF:
+		return true
+	case bodyChunked:
+		if b.dec.st == stTrailer {
+			return false
+		}
+		// A dry run on a copy of the decoder (its own trailers: the dry
+		// run must not add to the real ones).
+		d := b.dec
+		d.trailer = nil
+		d.take(b.out)
+		_, n, err := d.frame(rest)
+		return err == nil && n > 0
+	}
+	return false
+}
+
 // settle takes the bytes the last Next returned.
 func (b *Body) settle() {
 	if n := b.out; n > 0 {
