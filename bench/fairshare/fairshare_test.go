@@ -25,7 +25,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -248,25 +247,14 @@ func start(t *testing.T, addrs []string, maxInFlight int, withKeys bool, keys *t
 // drive sends the arrivals open-loop: each at its time whatever the others
 // are doing, latency counted from its scheduled time.
 func drive(base string, arrivals []arrival) []result {
-	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true, Proxy: nil}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	client, closeIdle := routingbench.LoadClient()
+	defer closeIdle()
 	// In time order across both tenants.
 	sortByAt(arrivals)
 	res := make([]result, len(arrivals))
-	var wg sync.WaitGroup
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	begin := time.Now()
-	for i, a := range arrivals {
-		at := begin.Add(a.at)
-		if d := time.Until(at); d > 0 {
-			timer.Reset(d)
-			<-timer.C // pacing the open-loop generator, not a synchronisation
-		}
-		wg.Go(func() { res[i] = send(client, base, a, at) })
-	}
-	wg.Wait()
+	routingbench.OpenLoop(len(arrivals), func(i int) time.Duration { return arrivals[i].at }, func(i int, at time.Time) {
+		res[i] = send(client, base, arrivals[i], at)
+	})
 	return res
 }
 

@@ -105,14 +105,7 @@ func TestIdleCPU(t *testing.T) {
 	kinds = append(kinds, target{name: "gateway", start: gw})
 	if nginx := peer.LookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
 		kinds = append(kinds, target{name: "nginx", start: func(t *testing.T, backends []string) (string, *peer.Proc) {
-			addr, dir := peer.FreeAddr(t), t.TempDir()
-			cfg := filepath.Join(dir, "nginx.conf")
-			if err := os.WriteFile(cfg, []byte(streamingbench.NginxConfig(dir, addr, backends)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			pr := peer.Start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
-			peer.WaitTCP(t, pr, addr)
-			return addr, pr
+			return peer.StartNginx(t, nginx, func(dir, addr string) string { return streamingbench.NginxConfig(dir, addr, backends) })
 		}})
 	} else {
 		t.Log("nginx not found (Debian package nginx): skipped")

@@ -165,18 +165,6 @@ func Capacity(b Backend, n int, uncached float64) float64 {
 	return float64(n*b.MaxBatch) / b.SlotTime(uncached).Seconds()
 }
 
-// Percentile returns the p-th percentile (0 < p ≤ 100) by the
-// nearest-rank method; 0 for no values. Pure.
-func Percentile(xs []time.Duration, p float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	rank := int(math.Ceil(p / 100 * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1]
-}
-
 // Session and tenant headers the load generator sends, for HAProxy's
 // hashing (the gateway reads the body instead).
 const (

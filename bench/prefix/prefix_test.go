@@ -14,11 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidegpu/tidegpu/bench/internal/peer"
+	routingbench "github.com/tidegpu/tidegpu/bench/routing"
 
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
@@ -356,8 +356,8 @@ func summarize(name string, turns []Turn, res []result, warmup, measured time.Du
 		ttft = append(ttft, x.ttft)
 		e2e = append(e2e, x.e2e)
 	}
-	r.ttft50, r.ttft90, r.ttft99 = Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)
-	r.e2e99 = Percentile(e2e, 99)
+	r.ttft50, r.ttft90, r.ttft99 = routingbench.Percentile(ttft, 50), routingbench.Percentile(ttft, 90), routingbench.Percentile(ttft, 99)
+	r.e2e99 = routingbench.Percentile(e2e, 99)
 	r.tokensPerSec = float64(tokens) / measured.Seconds()
 	return r
 }
@@ -365,26 +365,13 @@ func summarize(name string, turns []Turn, res []result, warmup, measured time.Du
 // drive sends the turns open-loop: each at its time whatever the others
 // are doing, latency counted from its scheduled time.
 func drive(base string, turns []Turn) []result {
-	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true, Proxy: nil}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	client, closeIdle := routingbench.LoadClient()
+	defer closeIdle()
 	res := make([]result, len(turns))
-	var wg sync.WaitGroup
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	start := time.Now()
-	for i, tu := range turns {
-		at := start.Add(tu.At)
-		if d := time.Until(at); d > 0 {
-			timer.Reset(d)
-			<-timer.C // pacing the open-loop generator, not a synchronisation
-		}
-		wg.Go(func() {
-			res[i] = send(client, base, tu, at)
-			res[i].end = time.Since(start)
-		})
-	}
-	wg.Wait()
+	routingbench.OpenLoop(len(turns), func(i int) time.Duration { return turns[i].At }, func(i int, at time.Time) {
+		res[i] = send(client, base, turns[i], at)
+		res[i].end = turns[i].At + time.Since(at)
+	})
 	return res
 }
 
@@ -564,7 +551,7 @@ func debugRows(t *testing.T, turns []Turn, res []result, warmup time.Duration) {
 		}
 	}
 	t.Logf("Ollama turns over 100 ms: %d, of which queued > 50 ms: %d, prefilled > 100 ms: %d, both: %d; queue wait p50/p90/p99 of all Ollama turns: %v/%v/%v",
-		split, queued, prefilled, both, Percentile(waits, 50), Percentile(waits, 90), Percentile(waits, 99))
+		split, queued, prefilled, both, routingbench.Percentile(waits, 50), routingbench.Percentile(waits, 90), routingbench.Percentile(waits, 99))
 	t.Logf("Ollama turns that prefilled over 100 ms by (turn, moved): %v", long)
 	t.Logf("tenant -> backends: %v", homes)
 }

@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -169,4 +171,32 @@ func GoalRatio(bs []Backend) float64 {
 		lo, hi = min(lo, b.slow()), max(hi, b.slow())
 	}
 	return min(2, goalMargin*hi/lo)
+}
+
+// LoadClient is the load generators' HTTP client: keep-alive to the
+// target, no compression, no proxy. close drops its idle connections.
+func LoadClient() (client *http.Client, close func()) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true, Proxy: nil}
+	return &http.Client{Transport: tr}, tr.CloseIdleConnections
+}
+
+// OpenLoop is the benches' open-loop generator: it calls send(i, at) in a
+// goroutine of its own at at = the start + offset(i), for i in 0..n-1
+// (offsets ascending), whatever the earlier calls are doing, and returns
+// when every call has. A caller counts latency from at, so a generator
+// that falls behind cannot hide queueing.
+func OpenLoop(n int, offset func(i int) time.Duration, send func(i int, at time.Time)) {
+	var wg sync.WaitGroup
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	start := time.Now()
+	for i := range n {
+		at := start.Add(offset(i))
+		if d := time.Until(at); d > 0 {
+			timer.Reset(d)
+			<-timer.C // pacing the open-loop generator, not a synchronisation
+		}
+		wg.Go(func() { send(i, at) })
+	}
+	wg.Wait()
 }

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -275,27 +274,16 @@ func summarize(name string, arrivals []Arrival, res []result) row {
 // the others are doing, latency counted from its scheduled time (so a
 // generator that falls behind cannot hide queueing).
 func drive(base string, arrivals []Arrival, atWarmup func()) []result {
-	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true, Proxy: nil}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	client, closeIdle := LoadClient()
+	defer closeIdle()
 	res := make([]result, len(arrivals))
-	var wg sync.WaitGroup
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	start := time.Now()
 	if atWarmup != nil {
 		w := time.AfterFunc(warmup, atWarmup)
 		defer w.Stop()
 	}
-	for i, a := range arrivals {
-		at := start.Add(a.At)
-		if d := time.Until(at); d > 0 {
-			timer.Reset(d)
-			<-timer.C // pacing the open-loop generator, not a synchronisation
-		}
-		wg.Go(func() { res[i] = send(client, base, a.Stream, at, i) })
-	}
-	wg.Wait()
+	OpenLoop(len(arrivals), func(i int) time.Duration { return arrivals[i].At }, func(i int, at time.Time) {
+		res[i] = send(client, base, arrivals[i].Stream, at, i)
+	})
 	return res
 }
 

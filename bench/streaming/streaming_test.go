@@ -133,15 +133,7 @@ func TestStreaming(t *testing.T) {
 	}
 	if nginx := peer.LookBin("nginx", "/usr/sbin/nginx"); nginx != "" {
 		targets = append(targets, target{"nginx", func(t *testing.T) (string, *peer.Proc) {
-			addr := peer.FreeAddr(t)
-			dir := t.TempDir()
-			cfg := filepath.Join(dir, "nginx.conf")
-			if err := os.WriteFile(cfg, []byte(NginxConfig(dir, addr, sims)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			pr := peer.Start(t, filepath.Join(dir, "out.log"), nginx, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
-			peer.WaitTCP(t, pr, addr)
-			return addr, pr
+			return peer.StartNginx(t, nginx, func(dir, addr string) string { return NginxConfig(dir, addr, sims) })
 		}})
 	} else {
 		t.Log("nginx not found (Debian package nginx): skipped")

@@ -165,3 +165,18 @@ func TidegpuBinary(t testing.TB) string {
 	}
 	return out
 }
+
+// StartNginx runs the nginx binary bin with the configuration config(dir,
+// addr) for a free loopback address addr and a fresh directory dir (its
+// prefix, for logs and temporary files), and waits until it listens.
+func StartNginx(t testing.TB, bin string, config func(dir, addr string) string) (string, *Proc) {
+	t.Helper()
+	addr, dir := FreeAddr(t), t.TempDir()
+	cfg := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(cfg, []byte(config(dir, addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pr := Start(t, filepath.Join(dir, "out.log"), bin, "-e", filepath.Join(dir, "error.log"), "-p", dir, "-c", cfg)
+	WaitTCP(t, pr, addr)
+	return addr, pr
+}
