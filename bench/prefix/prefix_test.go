@@ -151,8 +151,8 @@ const boundEnv = "TIDEGPU_PREFIX_BOUND"
 
 var loadBound, _ = strconv.ParseFloat(os.Getenv(boundEnv), 64)
 
-// spillEnv=time turns on the default policy's experimental learnt spill
-// rule (PrefixAware.LearntSpill); bound or unset keeps the load bound.
+// spillEnv names the default policy's spill rule (PrefixAware.Spill):
+// bound or unset (the default), time or bounded-time (experiments).
 const spillEnv = "TIDEGPU_PREFIX_SPILL"
 
 // loadsEnv runs only the given loads (comma-separated percents, e.g. 80).
@@ -464,12 +464,11 @@ func gatewayBalancer(policy string, withScrape bool) func(t *testing.T, addrs []
 		opts := gateway.Options{Policy: policy, PrefixIndexBlocks: indexBlocks}
 		var pa *gateway.PrefixAware
 		if policy == gateway.PolicyPrefixAware && (loadBound != 0 || os.Getenv(spillEnv) != "" || os.Getenv(debugEnv) != "") {
-			switch v := os.Getenv(spillEnv); v {
-			case "", "bound", "time":
-			default:
-				t.Fatalf("%s=%q: want bound, time or unset", spillEnv, v)
+			spill, err := gateway.ParsePrefixSpill(os.Getenv(spillEnv))
+			if err != nil {
+				t.Fatalf("%s: %v", spillEnv, err)
 			}
-			pa = &gateway.PrefixAware{LoadBound: loadBound, LearntSpill: os.Getenv(spillEnv) == "time"}
+			pa = &gateway.PrefixAware{LoadBound: loadBound, Spill: spill}
 			opts.CustomPolicy = pa
 		}
 		var src loadmetrics.Source

@@ -68,7 +68,7 @@ const (
 //     instead of being prefilled on all, and losing a backend moves only
 //     the prefixes it was home to.
 //
-// With LearntSpill (an experiment, off by default), that bound is the
+// With Spill SpillTime (an experiment, off by default), that bound is the
 // rule only until the policy has learnt what a spill costs; then it picks
 // by expected time to first token instead (prefixChooseTime,
 // prefixcost.go): on each candidate, the requests the
@@ -119,12 +119,10 @@ type PrefixAware struct {
 	// Rand returns a uniform number in [0, n) for tie breaking; nil means
 	// math/rand/v2.
 	Rand func(n int) int
-	// LearntSpill picks by the expected time to first token once the
-	// policy has learnt the prefill and queueing times (see below and
-	// prefixcost.go) instead of the load bound. Off by default: on this
-	// repository's benchmarks it traded prefills for queueing and was not
-	// better (BENCHMARKS.md, "The learnt spill rule"); an experiment.
-	LearntSpill bool
+	// Spill is the rule that decides when a request leaves the backend
+	// holding its longest prefix (see PrefixSpill); the zero value is
+	// SpillBound.
+	Spill PrefixSpill
 
 	// model learns the prefill time per block and the wait per request
 	// ahead from the responses (see prefixcost.go).
@@ -173,10 +171,14 @@ func (p *PrefixAware) pickPrompt(cands []*Upstream, hashes []uint64) (*Upstream,
 		pc = append(pc, c)
 	}
 	var i int
-	if block, slot, ok := p.model.times(); ok && known && p.LearntSpill {
-		i = prefixChooseTime(pc, len(hashes), block, slot)
-	} else {
+	block, slot, learnt := p.model.times()
+	switch {
+	case !learnt || !known || p.Spill == SpillBound:
 		i = prefixChoose(pc, p.bound())
+	case p.Spill == SpillTime:
+		i = prefixChooseTime(pc, len(hashes), block, slot)
+	default: // SpillBoundedTime
+		i = prefixChooseBoundedTime(pc, p.bound(), len(hashes), block, slot)
 	}
 	return cands[i], prefixPick{uncached: len(hashes) - pc[i].matched, ahead: pc[i].ahead, ok: true}
 }
@@ -192,7 +194,7 @@ func (p *PrefixAware) Learnt() (block, slot time.Duration, ok bool) {
 // observe learns from the time to first token of a streamed response to a
 // request picked as pick.
 func (p *PrefixAware) observe(pick prefixPick, ttft time.Duration) {
-	if p.LearntSpill {
+	if p.Spill != SpillBound {
 		p.model.observe(pick, ttft)
 	}
 }

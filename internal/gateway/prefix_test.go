@@ -304,6 +304,62 @@ func TestPrefixChooseTime(t *testing.T) {
 	}
 }
 
+func TestPrefixChooseBoundedTime(t *testing.T) {
+	// As TestPrefixChooseTime (200 blocks, 3 ms a block, 60 ms a request
+	// ahead), with the load bound 2: a candidate above twice the least load
+	// is out whatever its expected time.
+	const n, block, slot, bound = 200, 0.003, 0.060, 2.0
+	c := func(matched int, ahead, load float64, rank uint64) prefixCand {
+		return prefixCand{matched: matched, load: load, cost: load, rank: rank, ahead: ahead}
+	}
+	tests := []struct {
+		name string
+		cs   []prefixCand
+		want int
+	}{
+		{"affinity: the history's holder with a free slot", []prefixCand{c(150, 0, 1.9, 1), c(125, 0, 1, 9), c(0, 0, 1, 5)}, 0},
+		{"inside the bound, a wait longer than the history's prefill spills to the system prompt's holder", []prefixCand{c(150, 2, 2.9, 1), c(125, 0, 1.5, 9)}, 1},
+		{"inside the bound, a short wait beats re-prefilling a long history", []prefixCand{c(190, 1, 2.1, 1), c(125, 0, 1.2, 9)}, 0},
+		{"the bound caps the greedy wait: a holder above it is out though its queue is cheaper than a whole prefill", []prefixCand{c(200, 8, 9, 1), c(125, 0, 1.5, 9), c(0, 0, 1, 5)}, 1},
+		{"a holder above the bound leaves a stranger only when no other holder is in", []prefixCand{c(200, 8, 9, 1), c(0, 0, 1, 5)}, 1},
+		{"a new conversation: among the system prompt's holders, the cheaper", []prefixCand{c(125, 0, 1.8, 9), c(125, 0, 1.2, 1), c(0, 0, 1, 5)}, 1},
+		{"no holder: the rendezvous home", []prefixCand{c(0, 0, 1, 3), c(0, 0, 1.5, 7), c(0, 0, 1, 5)}, 1},
+		{"no holder: a queueing home is passed over", []prefixCand{c(0, 0, 1, 3), c(0, 1, 2.1, 7), c(0, 0, 1, 5)}, 2},
+		{"the least loaded is always in", []prefixCand{c(0, 3, 4, 3)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := prefixChooseBoundedTime(tt.cs, bound, n, block, slot); got != tt.want {
+				t.Fatalf("picked %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParsePrefixSpill(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    PrefixSpill
+		wantErr bool
+	}{
+		{"", SpillBound, false},
+		{"bound", SpillBound, false},
+		{"time", SpillTime, false},
+		{"bounded-time", SpillBoundedTime, false},
+		{"Bound", SpillBound, true},
+		{"greedy", SpillBound, true},
+	}
+	for _, tt := range tests {
+		got, err := ParsePrefixSpill(tt.in)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("ParsePrefixSpill(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil && tt.in != "" && got.String() != tt.in {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), tt.in)
+		}
+	}
+}
+
 func TestAhead(t *testing.T) {
 	all := Basis{Metrics: true, Concurrency: true}
 	tests := []struct {
@@ -400,7 +456,7 @@ func TestPrefillModel(t *testing.T) {
 }
 
 // TestPickPromptLearntSpill: the same state picked by the default (the load
-// bound) and by LearntSpill once its model has learnt the times. The
+// bound) and by SpillTime once its model has learnt the times. The
 // prompt's holder has one request ahead, within the bound; the other
 // backend holds nothing, but 10 blocks of prefill (30 ms) cost less than a
 // 60 ms wait.
@@ -431,12 +487,12 @@ func TestPickPromptLearntSpill(t *testing.T) {
 	def := &PrefixAware{}
 	train(def)
 	if _, _, ok := def.Learnt(); ok {
-		t.Fatal("the default policy learns (LearntSpill off)")
+		t.Fatal("the default policy learns (SpillBound)")
 	}
 	if u, pick := def.pickPrompt(state(), hashes); u.id != "a" || pick.uncached != 0 || pick.ahead != 1 {
 		t.Fatalf("default picked %s (%+v), want the holder a within its bound", u.id, pick)
 	}
-	learnt := &PrefixAware{LearntSpill: true}
+	learnt := &PrefixAware{Spill: SpillTime}
 	if u, _ := learnt.pickPrompt(state(), hashes); u.id != "a" {
 		t.Fatalf("untrained learnt policy picked %s, want the bound's a", u.id)
 	}
@@ -447,5 +503,10 @@ func TestPickPromptLearntSpill(t *testing.T) {
 	}
 	if u, pick := learnt.pickPrompt(state(), hashes); u.id != "b" || pick.uncached != 10 || pick.ahead != 0 {
 		t.Fatalf("learnt policy picked %s (%+v), want b: 30 ms of prefill beat a 60 ms wait", u.id, pick)
+	}
+	bounded := &PrefixAware{Spill: SpillBoundedTime}
+	train(bounded)
+	if u, _ := bounded.pickPrompt(state(), hashes); u.id != "b" {
+		t.Fatalf("bounded-time policy picked %s, want b: a is within the bound, but its wait costs more", u.id)
 	}
 }

@@ -1,13 +1,14 @@
 package gateway
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"time"
 )
 
 // The prefix-aware policy's experimental spill decision
-// (PrefixAware.LearntSpill, off by default) by expected time to first
+// (PrefixAware.Spill, SpillTime and SpillBoundedTime) by expected time to first
 // token (see PrefixAware): a request waits on a backend for the requests
 // ahead of it in the queue, then prefills the blocks of its prompt the
 // backend does not hold, so
@@ -22,6 +23,53 @@ import (
 // each streamed response against the uncached blocks and the requests
 // ahead when it was picked. The constant part of the TTFT (base prefill,
 // network) is the same on every backend and drops out of the comparison.
+
+// PrefixSpill names the rule by which the prefix-aware policy lets a
+// request leave the backend that holds its longest prefix.
+type PrefixSpill int
+
+const (
+	// SpillBound (the default): the longest match among the candidates
+	// whose load is within LoadBound × the least loaded one's.
+	SpillBound PrefixSpill = iota
+	// SpillTime (an experiment): the lowest expected TTFT over all
+	// candidates once the times are learnt (prefixChooseTime). Greedy: it
+	// queues on a holder until the wait equals a whole prefill elsewhere.
+	SpillTime
+	// SpillBoundedTime (an experiment): the lowest expected TTFT among the
+	// candidates within the load bound (prefixChooseBoundedTime): the
+	// bound still caps how long a holder's queue may grow, and inside it
+	// a request that would queue behind its prefix takes a free slot
+	// elsewhere when the blocks it must prefill there cost less than the
+	// wait.
+	SpillBoundedTime
+)
+
+// String returns the rule's name, as ParsePrefixSpill reads it.
+func (s PrefixSpill) String() string {
+	switch s {
+	case SpillBound:
+		return "bound"
+	case SpillTime:
+		return "time"
+	case SpillBoundedTime:
+		return "bounded-time"
+	}
+	return "unknown"
+}
+
+// ParsePrefixSpill reads a rule's name ("" is SpillBound). Pure.
+func ParsePrefixSpill(name string) (PrefixSpill, error) {
+	for _, s := range []PrefixSpill{SpillBound, SpillTime, SpillBoundedTime} {
+		if name == s.String() {
+			return s, nil
+		}
+	}
+	if name == "" {
+		return SpillBound, nil
+	}
+	return SpillBound, fmt.Errorf("prefix spill rule %q: want bound, time or bounded-time", name)
+}
 
 // prefixPick is what the policy knew of the backend it picked for one
 // request, for prefillModel.observe once the first token came.
@@ -149,6 +197,29 @@ func ahead(l Load, basis Basis) float64 {
 func prefixChooseTime(cs []prefixCand, n int, blockTime, slotTime float64) int {
 	best, bestT := -1, 0.0
 	for i, c := range cs {
+		t := c.ahead*slotTime + float64(max(n-c.matched, 0))*blockTime
+		if best < 0 || t < bestT || t == bestT && better(c, cs[best]) {
+			best, bestT = i, t
+		}
+	}
+	return best
+}
+
+// prefixChooseBoundedTime returns the index of the candidate with the
+// lowest expected TTFT (as prefixChooseTime) among those whose load is at
+// most bound × the lowest (as prefixChoose); ties as in better. Every
+// candidate's ahead must be known (≥ 0). Pure.
+func prefixChooseBoundedTime(cs []prefixCand, bound float64, n int, blockTime, slotTime float64) int {
+	minLoad := cs[0].load
+	for _, c := range cs[1:] {
+		minLoad = min(minLoad, c.load)
+	}
+	limit := bound * minLoad
+	best, bestT := -1, 0.0
+	for i, c := range cs {
+		if c.load > limit && c.load != minLoad {
+			continue
+		}
 		t := c.ahead*slotTime + float64(max(n-c.matched, 0))*blockTime
 		if best < 0 || t < bestT || t == bestT && better(c, cs[best]) {
 			best, bestT = i, t
