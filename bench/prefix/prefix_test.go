@@ -244,7 +244,7 @@ func TestPrefixRouting(t *testing.T) {
 			rows[bal.name] = r
 			t.Logf("%.0f%% %-45s %d requests, %d errors, TTFT p90 %v, hit rate %.2f", load*100, bal.name, r.n, r.errs, r.ttft90, r.hitRate)
 			fmt.Fprintf(&table, "| %.0f %% | %s | %d | %d | %s | %s | %s | %s | %.0f | %.1f %% |\n", load*100, r.name, r.n, r.errs,
-				ms(r.ttft50), ms(r.ttft90), ms(r.ttft99), ms(r.e2e99), r.tokensPerSec, 100*r.hitRate)
+				routingbench.Millis(r.ttft50), routingbench.Millis(r.ttft90), routingbench.Millis(r.ttft99), routingbench.Millis(r.e2e99), r.tokensPerSec, 100*r.hitRate)
 			if r.errs > 0 {
 				t.Errorf("%.0f%% %s: %d failed requests", load*100, r.name, r.errs)
 			}
@@ -254,19 +254,19 @@ func TestPrefixRouting(t *testing.T) {
 			continue
 		}
 		if p, ok := rows[rowP2C]; ok {
-			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than p2c's (goal: >= 5x; asserted here: >= %gx)", load*100, ratio(p.ttft90, d.ttft90), p2cFloor))
+			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than p2c's (goal: >= 5x; asserted here: >= %gx)", load*100, routingbench.Ratio(p.ttft90, d.ttft90), p2cFloor))
 			if time.Duration(p2cFloor*float64(d.ttft90)) > p.ttft90 {
 				t.Errorf("at %.0f%%: the default's TTFT p90 %v is not %gx lower than p2c's %v", load*100, d.ttft90, p2cFloor, p.ttft90)
 			}
 		}
 		if h, ok := rows[rowSession]; ok {
-			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than HAProxy's consistent hashing on the session (goal: >= 2x)", load*100, ratio(h.ttft90, d.ttft90)))
+			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than HAProxy's consistent hashing on the session (goal: >= 2x)", load*100, routingbench.Ratio(h.ttft90, d.ttft90)))
 			if 2*d.ttft90 > h.ttft90 {
 				t.Errorf("goal missed at %.0f%%: the default's TTFT p90 %v is not 2x lower than HAProxy's session hashing %v", load*100, d.ttft90, h.ttft90)
 			}
 		}
 		if h, ok := rows[rowTenant]; ok {
-			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than HAProxy's bounded consistent hashing on the tenant (no goal)", load*100, ratio(h.ttft90, d.ttft90)))
+			goals = append(goals, fmt.Sprintf("%.0f%%: default TTFT p90 %.1fx lower than HAProxy's bounded consistent hashing on the tenant (no goal)", load*100, routingbench.Ratio(h.ttft90, d.ttft90)))
 		}
 	}
 	t.Logf("results (TTFT over all requests, all streamed):\n%s", table.String())
@@ -275,14 +275,6 @@ func TestPrefixRouting(t *testing.T) {
 	}
 }
 
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
 // startSims starts the simulated backends, fresh (cold caches) for each
 // balancer, each on its own loopback socket.

@@ -100,6 +100,19 @@ func Schedule(rate float64, d time.Duration, streamShare float64, seed uint64) [
 	}
 }
 
+// Ratio returns a / b, 0 if b is not positive. Pure.
+func Ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// Millis formats d in whole milliseconds for the benches' tables. Pure.
+func Millis(d time.Duration) string {
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+}
+
 // Percentile returns the p-th percentile (0 < p ≤ 100) of xs by the
 // nearest-rank method: the smallest value with at least p % of the values
 // at or below it. 0 for no values. xs is not modified. Pure.

@@ -115,3 +115,25 @@ func TestGoalRatio(t *testing.T) {
 		}
 	}
 }
+
+func TestRatioAndMillis(t *testing.T) {
+	tests := []struct {
+		a, b time.Duration
+		want float64
+	}{
+		{600 * time.Millisecond, 120 * time.Millisecond, 5},
+		{time.Second, 0, 0},
+		{time.Second, -time.Second, 0},
+		{0, time.Second, 0},
+	}
+	for _, tt := range tests {
+		if got := Ratio(tt.a, tt.b); got != tt.want {
+			t.Errorf("Ratio(%v, %v) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+	}
+	for d, want := range map[time.Duration]string{1499 * time.Microsecond: "1 ms", 1500 * time.Microsecond: "2 ms", 0: "0 ms", 2 * time.Second: "2000 ms"} {
+		if got := Millis(d); got != want {
+			t.Errorf("Millis(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

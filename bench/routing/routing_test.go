@@ -187,7 +187,7 @@ func TestRoutingQuality(t *testing.T) {
 			rows[b.name] = r
 			t.Logf("%.0f%% %-32s done: %d requests, %d errors", run.load*100, b.name, r.n, r.errs)
 			fmt.Fprintf(&table, "| %.0f %% | %s | %d | %d | %s | %s | %s | %s | %.1f %% |\n",
-				run.load*100, r.name, r.n, r.errs, ms(r.ttft50), ms(r.ttft99), ms(r.e2e50), ms(r.e2e99), 100*r.slowShare)
+				run.load*100, r.name, r.n, r.errs, Millis(r.ttft50), Millis(r.ttft99), Millis(r.e2e50), Millis(r.e2e99), 100*r.slowShare)
 			if r.errs > 0 {
 				t.Errorf("%.0f%% %s: %d failed requests", run.load*100, r.name, r.errs)
 			}
@@ -199,8 +199,8 @@ func TestRoutingQuality(t *testing.T) {
 			// met; see GoalRatio.
 			goal := GoalRatio(bs)
 			goals = append(goals, fmt.Sprintf("%.0f%%: default vs round-robin: p99 TTFT %.2fx lower, p99 e2e %.2fx lower (goal: >= %.2fx)",
-				run.load*100, ratio(rr.ttft99, d.ttft99), ratio(rr.e2e99, d.e2e99), goal))
-			if ratio(rr.e2e99, d.e2e99) < goal || ratio(rr.ttft99, d.ttft99) < goal {
+				run.load*100, Ratio(rr.ttft99, d.ttft99), Ratio(rr.e2e99, d.e2e99), goal))
+			if Ratio(rr.e2e99, d.e2e99) < goal || Ratio(rr.ttft99, d.ttft99) < goal {
 				t.Errorf("goal missed at %.0f%%: the default's p99 is not %.2fx lower than round-robin's", run.load*100, goal)
 			}
 		}
@@ -208,14 +208,14 @@ func TestRoutingQuality(t *testing.T) {
 			// Issue 14: the prefix-aware default costs requests without a
 			// shared prefix nothing against the p2c it replaced.
 			goals = append(goals, fmt.Sprintf("%.0f%%: default vs p2c: p99 e2e %.2fx of p2c's (goal: <= 1.05)",
-				run.load*100, ratio(d.e2e99, p.e2e99)))
+				run.load*100, Ratio(d.e2e99, p.e2e99)))
 			if float64(d.e2e99) > 1.05*float64(p.e2e99) {
 				t.Errorf("goal missed at %.0f%%: the default's e2e p99 is more than 5 %% worse than p2c's", run.load*100)
 			}
 		}
 		if hap, ok := rows["HAProxy balance leastconn"]; ok && okDef {
 			goals = append(goals, fmt.Sprintf("%.0f%%: default vs HAProxy leastconn: p99 TTFT %.2fx, p99 e2e %.2fx of HAProxy's (goal: <= 1)",
-				run.load*100, ratio(d.ttft99, hap.ttft99), ratio(d.e2e99, hap.e2e99)))
+				run.load*100, Ratio(d.ttft99, hap.ttft99), Ratio(d.e2e99, hap.e2e99)))
 			// "No worse" within 5 %: when both send more than 1 % of the
 			// requests to the slow backend, both p99 TTFTs are its prefill
 			// (120 ms) plus a few ms of noise.
@@ -230,14 +230,6 @@ func TestRoutingQuality(t *testing.T) {
 	}
 }
 
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
 // summarize takes the requests that arrived after the warm-up.
 func summarize(name string, arrivals []Arrival, res []result) row {
