@@ -275,7 +275,6 @@ func TestPrefixRouting(t *testing.T) {
 	}
 }
 
-
 // startSims starts the simulated backends, fresh (cold caches) for each
 // balancer, each on its own loopback socket.
 func startSims(t *testing.T, b Backend) ([]string, []func()) {

@@ -230,7 +230,6 @@ func TestRoutingQuality(t *testing.T) {
 	}
 }
 
-
 // summarize takes the requests that arrived after the warm-up.
 func summarize(name string, arrivals []Arrival, res []result) row {
 	r := row{name: name}
