@@ -15,8 +15,8 @@ import (
 // goroutine with the standard library's own request writer and response
 // parser (Request.Write, http.ReadResponse), and the connection closed with
 // the body. An http.Transport with keep-alives off does the same with a read
-// and a write goroutine and two buffers per connection: a probe of an idle
-// backend every 30 s is most of what it costs (BENCHMARKS.md, "Idle cost").
+// and a write goroutine and two buffers per connection, and probes were a
+// sixth of an idle gateway's CPU (BENCHMARKS.md, "Idle cost").
 //
 // The request's context bounds the whole exchange: its deadline is the
 // connection's, and its end (the gateway closing) closes the connection.
@@ -72,7 +72,10 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// connBody closes the connection with the body.
+// connBody closes the connection with the body: first the connection, so
+// that the body's Close, which reads a body not read to its end to the end,
+// does not read on (a probe reads 64 KiB at most, and the probe path may
+// stream forever).
 type connBody struct {
 	io.ReadCloser
 	conn net.Conn
@@ -81,7 +84,7 @@ type connBody struct {
 
 func (b *connBody) Close() error {
 	b.stop()
-	err := b.ReadCloser.Close()
-	_ = b.conn.Close()
+	err := b.conn.Close()
+	_ = b.ReadCloser.Close() // fails at once on the closed connection if the body was not read to its end
 	return err
 }

@@ -86,6 +86,41 @@ func TestOneShotAnswersAsATransport(t *testing.T) {
 	}
 }
 
+// TestOneShotCloseDoesNotReadOn: closing the body of an answer that does
+// not end closes the connection; it does not read the rest.
+func TestOneShotCloseDoesNotReadOn(t *testing.T) {
+	gone := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		defer close(gone)
+		chunk := []byte(strings.Repeat("x", 32<<10))
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				return // the probe closed the connection
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	d := &net.Dialer{}
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&oneShot{dial: d.DialContext}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- resp.Body.Close() }()
+	if err := within(t, closed, 5*time.Second, "Close of an endless body"); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	within(t, gone, 5*time.Second, "the server seeing the connection closed")
+}
+
 // TestOneShotFailures: a refused connection is a connect failure (the
 // backend is marked down at once), a backend that never answers fails at
 // the context's deadline, and one that closes without an answer fails.
