@@ -113,7 +113,7 @@ func runChild(args []string) error {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-		sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: g.Backends})
+		sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: g.RequestMetrics(), Backends: g.Backends})
 		go sampler.Run(context.Background())
 		// Both listening before the admin server answers /healthz.
 		ln, err := net.Listen("tcp", args[1])

@@ -22,6 +22,9 @@ const (
 	// the headline (the gateway with 10 backends under 0.2 % of a core).
 	longEnv = "TIDEGPU_BENCH_IDLE"
 	repsEnv = "TIDEGPU_IDLE_REPS"
+	// windowEnv sets the measurement window (a duration such as 120s):
+	// one clock tick is 0.033 % of a core over 30 s, 0.008 % over 120 s.
+	windowEnv = "TIDEGPU_IDLE_WINDOW"
 	// A prebuilt tidegpu binary (peer.BinEnv, TIDEGPU_BIN; default: go
 	// build ./cmd/tidegpu), e.g. an older one, measures what a change saves.
 	// noAssertEnv=1 reports without asserting (for an older binary).
@@ -50,6 +53,10 @@ func TestIdleCPU(t *testing.T) {
 			t.Fatalf("%s=%q: want 1..20", repsEnv, v)
 		}
 		reps = n
+	}
+	window, err := envDuration(windowEnv, window)
+	if err != nil || window <= 0 {
+		t.Fatalf("%s: want a positive duration (%v)", windowEnv, err)
 	}
 	inproc := os.Getenv(inprocEnv) == "1"
 	bin := os.Args[0]

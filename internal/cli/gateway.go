@@ -431,7 +431,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		})
 		// The dashboard (backends and traffic; no pools here) and the
 		// backends' JSON it reads.
-		sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
+		sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: gw.RequestMetrics(), Backends: gw.Backends})
 		go sampler.Run(srcCtx)
 		d := dashboard.Handler(dashboard.Options{Sampler: sampler})
 		for _, p := range append(append([]string(nil), dashboard.PublicRoutes...), dashboard.DataRoutes...) {

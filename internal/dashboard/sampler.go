@@ -44,8 +44,11 @@ const (
 // SamplerOptions configure a Sampler. At least one of Gatherer and
 // Backends should be set; with neither the series stays empty.
 type SamplerOptions struct {
-	// Gatherer holds the gateway's metrics (the registry passed to
-	// gateway.Options.Registry).
+	// Gatherer holds the gateway's request counter and duration histogram:
+	// gateway.(*Gateway).RequestMetrics(), which gathers those two only. The
+	// whole registry passed to gateway.Options.Registry works too, but every
+	// sample then runs all its collectors (the process collector reads
+	// /proc), a fifth of an idle gateway's CPU (BENCHMARKS.md, "Idle cost").
 	Gatherer prometheus.Gatherer
 	// Backends reports the gateway's backends (gateway.(*Gateway).Backends).
 	Backends func() []gateway.BackendStatus
@@ -82,19 +85,36 @@ func NewSampler(o SamplerOptions) *Sampler {
 	return &Sampler{o: o}
 }
 
-// Run samples at once and then every Interval until ctx ends.
+// Run samples at once, then at every multiple of Interval (counted from
+// the zero time, like the gateway's backed-off reads of idle backends: see
+// gateway's alignedNext), until ctx ends. On the same instants as those
+// reads, an idle process wakes once for both, not once each. After a late
+// sample (a stalled process) the next falls on the next multiple ahead.
 func (s *Sampler) Run(ctx context.Context) {
-	t := s.o.Clock.NewTicker(s.o.Interval)
-	defer t.Stop()
 	s.Sample()
+	t := s.o.Clock.NewTimer(untilAligned(s.o.Clock.Now(), s.o.Interval))
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 			s.Sample()
+			t.Reset(untilAligned(s.o.Clock.Now(), s.o.Interval))
 		}
 	}
+}
+
+// untilAligned returns how long from now to the first multiple of every
+// (counted from the zero time) more than every/2 ahead: a timer that fires
+// a hair early by the wall clock (it runs on the monotonic one) must not
+// make a second sample right after the first. The wait is in (every/2,
+// 3*every/2]. Pure.
+func untilAligned(now time.Time, every time.Duration) time.Duration {
+	if every <= 0 {
+		return 0
+	}
+	return now.Add(every / 2).Truncate(every).Add(every).Sub(now)
 }
 
 // Sample takes one reading now and records the interval since the last.

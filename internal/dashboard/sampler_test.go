@@ -175,10 +175,26 @@ func send(t *testing.T, gw http.Handler, pool string, n int) []int {
 }
 
 func TestSamplerReadsTheGatewaysMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	gw := newGateway(t, reg)
+	// The same series from the gateway's two request metrics alone (as
+	// wired) and from the whole registry they are in.
+	for _, tc := range []struct {
+		name     string
+		gatherer func(reg *prometheus.Registry, gw *gateway.Gateway) prometheus.Gatherer
+	}{
+		{"RequestMetrics", func(_ *prometheus.Registry, gw *gateway.Gateway) prometheus.Gatherer { return gw.RequestMetrics() }},
+		{"whole registry", func(reg *prometheus.Registry, _ *gateway.Gateway) prometheus.Gatherer { return reg }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			gw := newGateway(t, reg)
+			testSamplerReadsTheGatewaysMetrics(t, gw, tc.gatherer(reg, gw))
+		})
+	}
+}
+
+func testSamplerReadsTheGatewaysMetrics(t *testing.T, gw *gateway.Gateway, g prometheus.Gatherer) {
 	clk := clocktesting.NewFakeClock(t0)
-	s := NewSampler(SamplerOptions{Gatherer: reg, Backends: gw.Backends, Clock: clk})
+	s := NewSampler(SamplerOptions{Gatherer: g, Backends: gw.Backends, Clock: clk})
 
 	if got := s.Series(); len(got.Points) != 0 || got.Available {
 		t.Fatalf("no reading yet, yet the series is %+v", got)
@@ -261,8 +277,40 @@ func TestSamplerKeepsOnlyTheWindow(t *testing.T) {
 	}
 }
 
-func TestSamplerRunSamplesOnTheTicker(t *testing.T) {
-	clk := clocktesting.NewFakeClock(t0)
+func TestUntilAligned(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		now   string
+		every time.Duration
+		want  time.Duration
+	}{
+		{"2026-12-02T11:00:00Z", 5 * time.Second, 5 * time.Second},                                // on a multiple: the next one
+		{"2026-12-02T11:00:01Z", 5 * time.Second, 4 * time.Second},                                // the next multiple
+		{"2026-12-02T11:00:02.4Z", 5 * time.Second, 2600 * time.Millisecond},                      // over half an interval ahead
+		{"2026-12-02T11:00:02.5Z", 5 * time.Second, 7500 * time.Millisecond},                      // half ahead exactly: the one after
+		{"2026-12-02T11:00:04.999Z", 5 * time.Second, 5001 * time.Millisecond},                    // a timer a hair early: not again at once
+		{"2026-12-02T11:00:12Z", time.Minute, 48 * time.Second},                                   // minutes: from the zero time, so on the clock's minutes
+		{"2026-12-02T11:00:01Z", 0, 0},                                                            // no interval
+		{"2026-12-02T11:00:01.000000001+01:00", 5 * time.Second, 4*time.Second - time.Nanosecond}, // the zone does not matter
+	} {
+		if got := untilAligned(at(tc.now), tc.every); got != tc.want {
+			t.Errorf("untilAligned(%s, %v) = %v, want %v", tc.now, tc.every, got, tc.want)
+		}
+	}
+}
+
+func TestSamplerRunSamplesOnTheGrid(t *testing.T) {
+	// Started off the grid, Run samples at once, then on multiples of the
+	// interval only: the clock moves in steps of 100 ms, one at a time
+	// while Run waits, so a sample anywhere else would show.
+	start := t0.Add(1300 * time.Millisecond)
+	clk := clocktesting.NewFakeClock(start)
 	s := NewSampler(SamplerOptions{Backends: func() []gateway.BackendStatus { return nil }, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -273,13 +321,21 @@ func TestSamplerRunSamplesOnTheTicker(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for len(s.Series().Points) < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("Run took %d samples after stepping the clock", len(s.Series().Points))
+			t.Fatalf("Run took %d samples after stepping the clock to %v", len(s.Series().Points), clk.Now())
 		}
 		if clk.HasWaiters() {
-			clk.Step(DefaultInterval)
+			clk.Step(100 * time.Millisecond)
 		}
 		time.Sleep(time.Millisecond) // polling interval of a condition
 	}
 	cancel()
 	<-done
+	var got []time.Time
+	for _, p := range s.Series().Points {
+		got = append(got, p.T)
+	}
+	want := []time.Time{t0.Add(DefaultInterval), t0.Add(2 * DefaultInterval), t0.Add(3 * DefaultInterval)}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("samples ended at %v, want %v (the first at %v)", got, want, start)
+	}
 }

@@ -343,7 +343,7 @@ func Run(ctx context.Context, o Options) error {
 	mgr := mgrs
 	waker.set(mgrs)
 
-	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: reg, Backends: gw.Backends})
+	sampler := dashboard.NewSampler(dashboard.SamplerOptions{Gatherer: gw.RequestMetrics(), Backends: gw.Backends})
 	go sampler.Run(engineCtx)
 	go usage.SampleBusy(engineCtx, gw.Backends, 200*time.Millisecond, ledger.BusyStart, ledger.BusyEnd)
 	tokens.Next = gw

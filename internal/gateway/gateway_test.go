@@ -862,7 +862,7 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-func gatherText(t testing.TB, reg *prometheus.Registry) string {
+func gatherText(t testing.TB, reg prometheus.Gatherer) string {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

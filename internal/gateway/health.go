@@ -237,20 +237,19 @@ func (g *Gateway) probe(ctx context.Context, u *Upstream) (ok bool, answer uint6
 	return ok, h.Sum64(), true
 }
 
-// probeTransport is the transport for probes. The gateway's own one does
-// not keep connections alive, so that every probe also proves a backend
-// still accepts connections (a reclaimed host fails the dial within
-// DialTimeout instead of timing out on a dead pooled connection), and probes
-// never take from or poison the data plane's connection pool.
+// probeTransport is the transport for probes. The gateway's own one
+// (oneShot, dialling as the data plane's transport does) does not keep
+// connections alive, so that every probe also proves a backend still
+// accepts connections (a reclaimed host fails the dial within DialTimeout
+// instead of timing out on a dead pooled connection), and probes never take
+// from or poison the data plane's connection pool.
 func (g *Gateway) probeTransport() http.RoundTripper {
 	g.probeOnce.Do(func() {
 		if g.ownTransport == nil {
 			g.probeRT = g.transport
 			return
 		}
-		t := g.ownTransport.Clone()
-		t.DisableKeepAlives = true
-		g.probeRT = t
+		g.probeRT = &oneShot{dial: g.ownTransport.DialContext}
 	})
 	return g.probeRT
 }

@@ -32,6 +32,8 @@ func codeLabel(code int) string {
 type metrics struct {
 	reg        prometheus.Registerer
 	collectors []prometheus.Collector
+	// traffic holds only requests and duration, for RequestMetrics.
+	traffic *prometheus.Registry
 
 	requests  *prometheus.CounterVec
 	duration  prometheus.Histogram
@@ -84,7 +86,24 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			return nil, err
 		}
 	}
+	m.traffic = prometheus.NewRegistry()
+	m.traffic.MustRegister(m.requests, m.duration)
 	return m, nil
+}
+
+// RequestMetrics returns a Gatherer of the gateway's request counter and
+// request-duration histogram only (tidegpu_gateway_requests_total,
+// tidegpu_gateway_request_duration_seconds, the same collectors as in
+// Options.Registry), or nil without Options.Registry. It is what the
+// dashboard's traffic sampler reads every few seconds: gathering the whole
+// registry instead runs every collector in it (the process collector reads
+// /proc), which cost an idle gateway a fifth of its CPU (BENCHMARKS.md,
+// "Idle cost").
+func (g *Gateway) RequestMetrics() prometheus.Gatherer {
+	if g.metrics == nil {
+		return nil // an untyped nil: no *Registry inside
+	}
+	return g.metrics.traffic
 }
 
 func (m *metrics) unregister() {

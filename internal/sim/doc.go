@@ -68,4 +68,9 @@
 // vllm:generation_tokens_total, vllm:request_success_total) plus
 // tidegpu_sim_gpu_utilization and tidegpu_sim_info{instance_id}. They live in
 // a registry of their own, so several simulators can run in one process.
+// An idle simulator's metrics do not change from one scrape to the next, as
+// an idle vLLM's do not: the smoothed utilization reads the share of busy
+// slots exactly once within half a percent of it (0 at rest, as a GPU
+// utilization meter reports in whole percents), not a tail decaying for
+// minutes.
 package sim

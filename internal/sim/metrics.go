@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -28,7 +29,14 @@ const (
 	labelFinishedReason   = "finished_reason"
 	labelInstanceID       = "instance_id"
 	utilizationSmoothing  = time.Second
-	utilizationMetricHelp = "Simulated GPU utilization (0..1): fraction of batch slots busy, exponentially smoothed over about one second."
+	utilizationMetricHelp = "Simulated GPU utilization (0..1): fraction of batch slots busy, exponentially smoothed over about one second; within half a percent of that fraction, the fraction itself."
+	// utilizationSettle is how close the smoothed utilization must come to
+	// the fraction of busy slots to read it exactly: half a percent, under
+	// the resolution of a real GPU utilization meter (nvidia-smi and
+	// DCGM's DCGM_FI_DEV_GPU_UTIL report whole percents), so that an idle
+	// simulator reads 0 as an idle GPU does, not an exponential tail that
+	// changes at every scrape for minutes.
+	utilizationSettle = 0.005
 )
 
 // Histogram buckets: vLLM's, extended downwards because simulated backends
@@ -168,11 +176,22 @@ func (m *metrics) loadChanged(model string, l load, total load) {
 	m.utilMu.Unlock()
 }
 
-// utilization returns the smoothed fraction of busy batch slots.
+// utilization returns the smoothed fraction of busy batch slots, settled
+// on the fraction itself once within utilizationSettle of it.
 func (m *metrics) utilization() float64 {
 	m.utilMu.Lock()
 	defer m.utilMu.Unlock()
-	return smooth(m.util, m.utilNow, m.nowFunc().Sub(m.utilAt), utilizationSmoothing)
+	return settled(smooth(m.util, m.utilNow, m.nowFunc().Sub(m.utilAt), utilizationSmoothing), m.utilNow, utilizationSettle)
+}
+
+// settled returns target if v is within tol of it, else v: an exponential
+// average reaches its target only in the limit, a meter of finite
+// resolution reads it after a few time constants. Pure.
+func settled(v, target, tol float64) float64 {
+	if math.Abs(v-target) < tol {
+		return target
+	}
+	return v
 }
 
 // watchCache exports the fill of the prefix cache c, if there is one:
