@@ -550,6 +550,8 @@ func (e *exchange) commit(a *attempt) {
 
 	announced := 0
 	h := e.w.Header()
+	stream := resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	var st *directStream // the stream taken over from net/http (stream.go)
 	if e.kept {
 		// The activator's keep-alives committed a 200 already: the answer
 		// goes on in the same stream; an error becomes one in its format.
@@ -581,24 +583,41 @@ func (e *exchange) commit(a *attempt) {
 			h["Trailer"] = []string{strings.Join(keys, ", ")}
 		}
 		announced = len(resp.Trailer)
-		e.w.WriteHeader(resp.StatusCode)
+		wrote := false
+		if stream && serverStreams == "direct" {
+			st, wrote = e.takeOver(a, resp.StatusCode, h)
+		}
+		if !wrote {
+			e.w.WriteHeader(resp.StatusCode)
+		}
 	}
 
+	var out io.Writer = e.w
 	var rc *http.ResponseController
-	if resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	switch {
+	case st != nil:
+		out = &st.out // the headers went out with the hijack
+	case stream:
 		rc = http.NewResponseController(e.w)
 		// The client sees the status now, before the first token.
 		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
 			rc = nil // a wrapping writer that cannot flush: copy unflushed
 		}
 	}
+	flushes := rc != nil || st != nil
+	flush := func() error {
+		if st != nil {
+			return st.out.Flush()
+		}
+		return rc.Flush()
+	}
 	// A stream from the h1 client is read without a buffer of ours: Next
 	// waits for the next bytes holding none and hands out its own.
 	src, _ := resp.Body.(*h1.Body)
 	var buf []byte
-	if src == nil || rc == nil {
+	if src == nil || !flushes {
 		pool := &copyBufPool
-		if rc != nil {
+		if flushes {
 			pool = &streamBufPool
 		}
 		bufp := pool.Get().(*[]byte)
@@ -632,29 +651,32 @@ func (e *exchange) commit(a *attempt) {
 		if len(p) > 0 {
 			var werr error
 			if strip != nil {
-				werr = strip.write(e.w, p)
+				werr = strip.write(out, p)
 			} else {
-				_, werr = e.w.Write(p)
+				_, werr = out.Write(p)
 			}
 			if werr != nil {
 				return // the client went away; not the backend's fault
 			}
 			// Bytes that arrived with these go out in the same flush.
-			if rc != nil && (buf != nil || !src.Ready()) {
-				if rc.Flush() != nil {
+			if flushes && (buf != nil || !src.Ready()) {
+				if flush() != nil {
 					return
 				}
 			}
 		}
 		if rerr == io.EOF {
-			if strip != nil && strip.flush(e.w) == nil && rc != nil {
-				_ = rc.Flush()
+			if strip != nil && strip.flush(out) == nil && flushes {
+				_ = flush()
 			}
 			break
 		}
 		if rerr != nil {
 			if e.r.Context().Err() != nil {
 				return // the client went away, which cancelled the read
+			}
+			if st != nil && st.aborted.Load() {
+				return // Server.Close, which cancelled the read
 			}
 			if errors.Is(context.Cause(a.ctx), errStreamIdle) {
 				rerr = fmt.Errorf("%w (%v without a byte)", errStreamIdle, g.streamIdle)
@@ -664,6 +686,12 @@ func (e *exchange) commit(a *attempt) {
 			g.log.Warn("gateway: backend failed mid-response", "backend", u.id, "pool", u.pool, "err", rerr)
 			panic(http.ErrAbortHandler)
 		}
+	}
+	if st != nil {
+		// The last chunk and the trailers go out when the handler chain
+		// has returned (connSlot.finish).
+		st.done, st.trailer = true, resp.Trailer
+		return
 	}
 	for k, vv := range resp.Trailer {
 		if len(resp.Trailer) != announced {
