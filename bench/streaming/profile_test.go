@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
