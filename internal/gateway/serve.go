@@ -68,7 +68,7 @@ func (t Tuning) Server(h http.Handler) *Server {
 		IdleTimeout:       cmp(t.IdleTimeout, DefaultIdleTimeout),
 	}
 	if serverStreams == "direct" {
-		s.Handler = finishing{h}
+		s.Handler = &finishing{h}
 		s.ConnContext = s.connContext
 	}
 	return s

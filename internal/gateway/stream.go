@@ -76,7 +76,7 @@ func (s *Server) connContext(ctx context.Context, _ net.Conn) context.Context {
 // took over, after the handler chain returned (or panicked).
 type finishing struct{ h http.Handler }
 
-func (f finishing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *finishing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sl, _ := r.Context().Value(connSlotKey{}).(*connSlot)
 	if sl == nil || r.ProtoMajor != 1 {
 		f.h.ServeHTTP(w, r)
