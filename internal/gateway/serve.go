@@ -90,7 +90,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err := s.Server.Shutdown(ctx); err != nil {
 		return err
 	}
-	return nil
+	return s.streams.wait(ctx)
 }
 
 // Close closes the server (http.Server.Close) and ends the streams taken
