@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"github.com/tidegpu/tidegpu/bench/internal/peer"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,7 +72,7 @@ func TestStreamingProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: gateway.DefaultReadHeaderTimeout}
+	srv := gateway.Tuning{}.Server(g) // the product's server, as `tidegpu gateway` runs it
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	addr := ln.Addr().String()

@@ -419,7 +419,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	srv := tuning.Server(handler)
 	serveErr := make(chan error, 3)
 	for _, l := range lns {
-		go func() { serveErr <- serveHTTP(srv, l, "gateway") }()
+		go func() { serveErr <- serveHTTP(srv.Server, l, "gateway") }()
 	}
 	var adminSrv *http.Server
 	if adminLn != nil {

@@ -369,7 +369,7 @@ func Run(ctx context.Context, o Options) error {
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}
 	serveErr := make(chan error, 3)
 	for _, ln := range gwLns {
-		go func() { serveErr <- serve(gwSrv, ln, "gateway") }()
+		go func() { serveErr <- serve(gwSrv.Server, ln, "gateway") }()
 	}
 	go func() { serveErr <- serve(adminSrv, adminLn, "admin") }()
 
@@ -415,7 +415,9 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintln(o.Out, "\nTideGPU stopping: draining the gateway and stopping instances…")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = gwSrv.Shutdown(shutCtx)
+	if gwSrv.Shutdown(shutCtx) != nil {
+		_ = gwSrv.Close() // streams still open: end them
+	}
 	stopEngine()
 	<-engineDone
 	<-saveDone

@@ -109,6 +109,7 @@ func refusedAddr(t testing.TB) string {
 type harness struct {
 	g      *Gateway
 	srv    *httptest.Server
+	gs     *Server
 	client *http.Client
 }
 
@@ -126,12 +127,17 @@ func newHarness(t testing.TB, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(g)
+	// The product's server (Tuning.Server), which streams take over from.
+	gs := Tuning{}.Server(g)
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = gs.Server
+	srv.Start()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
-	h := &harness{g: g, srv: srv, client: &http.Client{Transport: tr}}
+	h := &harness{g: g, srv: srv, gs: gs, client: &http.Client{Transport: tr}}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
 		srv.Close()
+		_ = gs.Close()
 		g.Close()
 	})
 	return h

@@ -150,7 +150,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.table.Load().modelAware || g.splits.Load() != nil || g.loadedSeen.Load() {
 		e.model, e.hasModel = requestModel(body)
 	}
-	e.serve()
+	// The answer is committed after serve returned, so that serve's frame
+	// is off the stack while a stream waits for tokens (see commit).
+	if a, ok := e.serve(); ok {
+		e.commit(&a)
+	}
 }
 
 // readBody buffers the request body, up to MaxBodyBytes. It returns a
@@ -209,7 +213,10 @@ func readAtMost(rd io.Reader, hint, limit int64) ([]byte, error) {
 	}
 }
 
-func (e *exchange) serve() {
+// serve tries backends until one answers, and returns that answer for
+// commit; false if the request was answered otherwise (or not at all: the
+// client went away).
+func (e *exchange) serve() (attempt, bool) {
 	g := e.g
 	var (
 		held    attempt // a 502/503 answer (if held.u != nil), sent if no other backend is left
@@ -224,7 +231,7 @@ func (e *exchange) serve() {
 		if u == nil {
 			switch {
 			case held.u != nil:
-				e.commit(&held)
+				return held, true
 			case e.r.Context().Err() != nil:
 				g.metrics.request(noBackend, noBackend, statusClientClosed, time.Since(e.start))
 			case e.kept:
@@ -241,7 +248,7 @@ func (e *exchange) serve() {
 				g.log.Warn("gateway: request failed on every backend tried", "tried", len(e.tried), "lastErr", lastErr)
 				g.fail(e.w, e.r, e.start, errAllFailed)
 			}
-			return
+			return attempt{}, false
 		}
 		if held.u != nil {
 			held.discard(e)
@@ -267,15 +274,14 @@ func (e *exchange) serve() {
 					g.prefix.observe(e.prefixPick, a.latency)
 				}
 			}
-			e.commit(&a)
-			return
+			return a, true
 		}
 		// The attempt failed before any response.
 		a.cancel(nil)
 		if e.r.Context().Err() != nil {
 			g.metrics.request(u.pool, u.id, statusClientClosed, time.Since(e.start))
 			e.release(u)
-			return
+			return attempt{}, false
 		}
 		switch {
 		case errors.Is(err, errBackendDown):
@@ -548,57 +554,41 @@ func (e *exchange) commit(a *attempt) {
 		e.release(u) // after the metrics: see reapLocked
 	}()
 
+	stream := resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if e.kept && resp.StatusCode != http.StatusOK {
+		e.failKeptBackend(resp)
+		return
+	}
+	// The headers are written by functions of their own, so that their
+	// frames are gone while the stream waits for tokens: the less of its
+	// stack a waiting stream uses, the more likely the garbage collector
+	// halves that stack (it does below a quarter used).
+	var st *directStream // the stream taken over from net/http (stream.go)
 	announced := 0
-	h := e.w.Header()
-	if e.kept {
-		// The activator's keep-alives committed a 200 already: the answer
-		// goes on in the same stream; an error becomes one in its format.
-		if resp.StatusCode != http.StatusOK {
-			msg, _ := readAtMost(resp.Body, 512, 4096)
-			e.failKept(apiError{resp.StatusCode, "backend_error", fmt.Sprintf("backend answered %s: %s", resp.Status, bytes.TrimSpace(msg))})
-			return
-		}
-	} else {
-		removeHopHeaders(resp.Header)
-		for k, vv := range resp.Header {
-			switch {
-			case g.cors == nil:
-				h[k] = vv
-			case isCORSHeader(k):
-				// The gateway's policy, not the backend's.
-			case k == "Vary":
-				h[k] = append(h[k], vv...)
-			default:
-				h[k] = vv
-			}
-		}
-		h[BackendHeader] = u.idHeader
-		if n := len(resp.Trailer); n > 0 {
-			keys := make([]string, 0, n)
-			for k := range resp.Trailer {
-				keys = append(keys, k)
-			}
-			h["Trailer"] = []string{strings.Join(keys, ", ")}
-		}
-		announced = len(resp.Trailer)
-		e.w.WriteHeader(resp.StatusCode)
+	if !e.kept {
+		st, announced = e.writeHead(a, stream)
 	}
 
+	var out io.Writer = e.w
 	var rc *http.ResponseController
-	if resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	switch {
+	case st != nil:
+		out = &st.out // the headers went out with the hijack
+	case stream:
 		rc = http.NewResponseController(e.w)
 		// The client sees the status now, before the first token.
 		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
 			rc = nil // a wrapping writer that cannot flush: copy unflushed
 		}
 	}
+	flushes := rc != nil || st != nil
 	// A stream from the h1 client is read without a buffer of ours: Next
 	// waits for the next bytes holding none and hands out its own.
 	src, _ := resp.Body.(*h1.Body)
 	var buf []byte
-	if src == nil || rc == nil {
+	if src == nil || !flushes {
 		pool := &copyBufPool
-		if rc != nil {
+		if flushes {
 			pool = &streamBufPool
 		}
 		bufp := pool.Get().(*[]byte)
@@ -632,23 +622,23 @@ func (e *exchange) commit(a *attempt) {
 		if len(p) > 0 {
 			var werr error
 			if strip != nil {
-				werr = strip.write(e.w, p)
+				werr = strip.write(out, p)
 			} else {
-				_, werr = e.w.Write(p)
+				_, werr = out.Write(p)
 			}
 			if werr != nil {
 				return // the client went away; not the backend's fault
 			}
 			// Bytes that arrived with these go out in the same flush.
-			if rc != nil && (buf != nil || !src.Ready()) {
-				if rc.Flush() != nil {
+			if flushes && (buf != nil || !src.Ready()) {
+				if flush(st, rc) != nil {
 					return
 				}
 			}
 		}
 		if rerr == io.EOF {
-			if strip != nil && strip.flush(e.w) == nil && rc != nil {
-				_ = rc.Flush()
+			if strip != nil && strip.flush(out) == nil && flushes {
+				_ = flush(st, rc)
 			}
 			break
 		}
@@ -656,21 +646,98 @@ func (e *exchange) commit(a *attempt) {
 			if e.r.Context().Err() != nil {
 				return // the client went away, which cancelled the read
 			}
-			if errors.Is(context.Cause(a.ctx), errStreamIdle) {
-				rerr = fmt.Errorf("%w (%v without a byte)", errStreamIdle, g.streamIdle)
+			if st != nil && st.aborted.Load() {
+				return // Server.Close, which cancelled the read
 			}
-			g.recordFailure(u, "mid-stream: "+rerr.Error(), false)
-			g.metrics.aborted()
-			g.log.Warn("gateway: backend failed mid-response", "backend", u.id, "pool", u.pool, "err", rerr)
-			panic(http.ErrAbortHandler)
+			e.midStreamFailure(a, rerr)
 		}
 	}
-	for k, vv := range resp.Trailer {
-		if len(resp.Trailer) != announced {
+	if st != nil {
+		// The last chunk and the trailers go out when the handler chain
+		// has returned (connSlot.finish).
+		st.done, st.trailer = true, resp.Trailer
+		return
+	}
+	if len(resp.Trailer) > 0 {
+		setTrailers(e.w.Header(), resp.Trailer, announced)
+	}
+}
+
+// flush sends what was written to the client: st's gathered chunk, or
+// net/http's buffers.
+func flush(st *directStream, rc *http.ResponseController) error {
+	if st != nil {
+		return st.out.Flush()
+	}
+	return rc.Flush()
+}
+
+// failKeptBackend ends a kept stream (e.kept) whose backend answered an
+// error.
+func (e *exchange) failKeptBackend(resp *http.Response) {
+	msg, _ := readAtMost(resp.Body, 512, 4096)
+	e.failKept(apiError{resp.StatusCode, "backend_error", fmt.Sprintf("backend answered %s: %s", resp.Status, bytes.TrimSpace(msg))})
+}
+
+// writeHead sets the client's headers from the backend's and writes
+// them, taking a stream over from net/http if it can (stream.go). It
+// returns the taken-over stream, if any, and the number of trailers
+// announced.
+func (e *exchange) writeHead(a *attempt, stream bool) (*directStream, int) {
+	g, u, resp := e.g, a.u, a.resp
+	h := e.w.Header()
+	removeHopHeaders(resp.Header)
+	for k, vv := range resp.Header {
+		switch {
+		case g.cors == nil:
+			h[k] = vv
+		case isCORSHeader(k):
+			// The gateway's policy, not the backend's.
+		case k == "Vary":
+			h[k] = append(h[k], vv...)
+		default:
+			h[k] = vv
+		}
+	}
+	h[BackendHeader] = u.idHeader
+	if n := len(resp.Trailer); n > 0 {
+		keys := make([]string, 0, n)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		h["Trailer"] = []string{strings.Join(keys, ", ")}
+	}
+	if stream && serverStreams == "direct" {
+		if st, wrote := e.takeOver(a, resp.StatusCode, h); wrote {
+			return st, len(resp.Trailer)
+		}
+	}
+	e.w.WriteHeader(resp.StatusCode)
+	return nil, len(resp.Trailer)
+}
+
+// setTrailers sets the backend's trailers for net/http to send; those not
+// announced (of the announced count) with http.TrailerPrefix.
+func setTrailers(h, trailer http.Header, announced int) {
+	for k, vv := range trailer {
+		if len(trailer) != announced {
 			k = http.TrailerPrefix + k
 		}
 		h[k] = vv
 	}
+}
+
+// midStreamFailure counts a backend's failure after the answer was
+// committed and aborts the client's response.
+func (e *exchange) midStreamFailure(a *attempt, rerr error) {
+	g, u := e.g, a.u
+	if errors.Is(context.Cause(a.ctx), errStreamIdle) {
+		rerr = fmt.Errorf("%w (%v without a byte)", errStreamIdle, g.streamIdle)
+	}
+	g.recordFailure(u, "mid-stream: "+rerr.Error(), false)
+	g.metrics.aborted()
+	g.log.Warn("gateway: backend failed mid-response", "backend", u.id, "pool", u.pool, "err", rerr)
+	panic(http.ErrAbortHandler)
 }
 
 // isStream reports whether a response is a token stream by its media

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -54,12 +55,51 @@ func (t Tuning) Apply(o *Options) {
 // Server returns the HTTP server of a gateway handler h with t's timeouts.
 // It has no ReadTimeout or WriteTimeout: they would cut long uploads and
 // long generations; the body limit and StreamIdleTimeout bound those.
-func (t Tuning) Server(h http.Handler) *http.Server {
-	return &http.Server{
+//
+// The gateway behind it (h, or a handler h passes the request to) writes
+// the streamed answers to HTTP/1.1 clients straight to their connection,
+// taken over from net/http (stream.go); the Server's Shutdown waits for
+// those too, and its Close ends them.
+func (t Tuning) Server(h http.Handler) *Server {
+	s := &Server{}
+	s.Server = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cmp(t.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		IdleTimeout:       cmp(t.IdleTimeout, DefaultIdleTimeout),
 	}
+	if serverStreams == "direct" {
+		s.Handler = &finishing{h}
+		s.ConnContext = s.connContext
+	}
+	return s
+}
+
+// Server is a gateway's HTTP server (Tuning.Server): an http.Server whose
+// Shutdown and Close also cover the streams the gateway took over from
+// net/http, which http.Server no longer tracks once their connection is
+// hijacked.
+type Server struct {
+	*http.Server
+	streams streamSet
+}
+
+// Shutdown shuts the server down gracefully (http.Server.Shutdown), then
+// waits for the streams taken over from it to end. If ctx ends first it
+// returns ctx's error; Close then ends what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if err := s.Server.Shutdown(ctx); err != nil {
+		return err
+	}
+	return s.streams.wait(ctx)
+}
+
+// Close closes the server (http.Server.Close) and ends the streams taken
+// over from it: their client connections are closed and their backend
+// reads cancelled.
+func (s *Server) Close() error {
+	err := s.Server.Close()
+	s.streams.abort()
+	return err
 }
 
 // Listen listens on the TCP address addr. When its host is "localhost" it

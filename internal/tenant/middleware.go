@@ -368,11 +368,19 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 		t.status = http.StatusOK
 	}
 	n, err := t.ResponseWriter.Write(p)
-	t.buf = append(t.buf, p[:n]...)
+	t.keep(p[:n])
+	return n, err
+}
+
+// TapBody keeps the bytes of a stream the gateway writes straight to the
+// client connection (gateway.StreamTap).
+func (t *tailWriter) TapBody(p []byte) { t.keep(p) }
+
+func (t *tailWriter) keep(p []byte) {
+	t.buf = append(t.buf, p...)
 	if len(t.buf) > 2*tailSize {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailSize:]...)
 	}
-	return n, err
 }
 
 func (t *tailWriter) tail() []byte {

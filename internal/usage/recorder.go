@@ -158,6 +158,10 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// TapBody keeps the bytes of a stream the gateway writes straight to the
+// client connection (gateway.StreamTap).
+func (t *tailWriter) TapBody(p []byte) { t.keep(p) }
+
 func (t *tailWriter) keep(p []byte) {
 	if len(p) >= tailSize {
 		t.n = copy(t.buf[:], p[len(p)-tailSize:])
@@ -183,7 +187,7 @@ func (t *tailWriter) Flush() {
 // Unwrap lets http.ResponseController reach the real writer.
 func (t *tailWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
-// Hijack is passed through for completeness (the gateway does not hijack).
+// Hijack is passed through (the gateway takes streams over; see TapBody).
 func (t *tailWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return http.NewResponseController(t.ResponseWriter).Hijack()
 }
