@@ -57,13 +57,14 @@ func workload() Workload {
 }
 
 // p2cFloor is what the run asserts of the default's TTFT p90 against
-// p2c's. The issue's goal is 5x: the recorded run (TIDEGPU_PREFIX_SECONDS
-// set, the tuned workload) asserts it. The short run of `make test` and
-// the held-out workload (where 80 % missed it, BENCHMARKS.md) assert 3x,
+// p2c's. The issue's goal is 5x: the recorded runs (TIDEGPU_PREFIX_SECONDS
+// set) of the tuned workload and of holdout2 assert it. The short run of
+// `make test` and the first held-out workload (where 80 % missed it,
+// BENCHMARKS.md) assert 3x,
 // so that a regression of the policy fails, and print the figure beside
 // the goal.
 var p2cFloor = func() float64 {
-	if os.Getenv(workloadEnv) != "" || os.Getenv(secondsEnv) == "" {
+	if os.Getenv(workloadEnv) == "holdout" || os.Getenv(secondsEnv) == "" {
 		return 3
 	}
 	return 5

@@ -18,13 +18,9 @@ func TestRequestMetricsGathersOnlyTheRequestFamilies(t *testing.T) {
 	}
 	// The request is counted once its handler returns, which may be just
 	// after the client has read the answer.
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(gatherText(t, reg), `tidegpu_gateway_requests_total{backend="b",code="200",pool="p"} 1`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the request was not counted:\n%s", gatherText(t, reg))
-		}
-		time.Sleep(time.Millisecond) // polling interval of a condition
-	}
+	poll(t, 5*time.Second, "the request counted", func() bool {
+		return strings.Contains(gatherText(t, reg), `tidegpu_gateway_requests_total{backend="b",code="200",pool="p"} 1`)
+	})
 
 	g := h.g.RequestMetrics()
 	if g == nil {

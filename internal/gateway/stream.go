@@ -272,7 +272,10 @@ func (s *streamSet) abort() {
 // chunkOut writes an HTTP/1.1 chunked body straight to a connection.
 // Write gathers bytes into one chunk, in a pooled buffer held only until
 // Flush, which sends the chunk (size line, data, CRLF) in one write: between
-// tokens a stream holds no buffer.
+// tokens a stream holds no buffer. Our own: httputil.NewChunkedWriter
+// writes the size line, the data and the CRLF separately (three writes a
+// token on an unbuffered connection, or a bufio.Writer held for the whole
+// stream) and its Close writes no trailers.
 //
 // A client that went away is noticed when a write fails: the first write
 // after its close usually still succeeds (the kernel takes the bytes; the

@@ -172,14 +172,7 @@ func TestDirectStreamByteExact(t *testing.T) {
 
 	// On a raw connection: chunked framing parsed by net/http, then the
 	// connection closes.
-	c, err := net.Dial("tcp", h.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-	br := bufio.NewReader(c)
-	rr, err := http.ReadResponse(br, nil)
+	_, br, rr, err := rawPost(t, h.srv.Listener.Addr().String(), "HTTP/1.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,13 +195,7 @@ func TestDirectStreamOnlyForHTTP11(t *testing.T) {
 	a := linesBackend(t, "a", lines)
 	h := newHarness(t, Options{})
 	h.g.SetBackends("p", []Backend{a.backend("p")})
-	c, err := net.Dial("tcp", h.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /api/chat HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-	rr, err := http.ReadResponse(bufio.NewReader(c), nil)
+	_, _, rr, err := rawPost(t, h.srv.Listener.Addr().String(), "HTTP/1.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,14 +310,7 @@ func TestDirectStreamClientGoneFreesBackend(t *testing.T) {
 	})
 	h := newHarness(t, Options{})
 	h.g.SetBackends("p", []Backend{a.backend("p")})
-	c, err := net.Dial("tcp", h.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-	br := bufio.NewReader(c)
-	rr, err := http.ReadResponse(br, nil)
+	c, _, rr, err := rawPost(t, h.srv.Listener.Addr().String(), "HTTP/1.1")
 	if err != nil || !rr.Close {
 		t.Fatalf("%v, Close %v", err, rr != nil && rr.Close)
 	}
@@ -466,4 +446,20 @@ func TestDirectStreamRetriesBeforeFirstByte(t *testing.T) {
 			t.Fatalf("status %d from %q, %d bytes, Close %v", resp.StatusCode, resp.Header.Get(BackendHeader), len(body), resp.Close)
 		}
 	}
+}
+
+// rawPost sends POST /api/chat with the body {} as proto on a new
+// connection to addr (closed at the test's end) and reads the answer's
+// head with net/http's parser.
+func rawPost(t *testing.T, addr, proto string) (net.Conn, *bufio.Reader, *http.Response, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /api/chat %s\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", proto)
+	br := bufio.NewReader(c)
+	rr, err := http.ReadResponse(br, nil)
+	return c, br, rr, err
 }
