@@ -255,15 +255,15 @@ func (g *Gateway) probeTransport() http.RoundTripper {
 }
 
 // probeResult applies one probe's outcome. A backend turning unhealthy has
-// its life signal cancelled: attempts still waiting for its response headers
-// are abandoned and retried elsewhere.
+// its waiting attempts cancelled: those still waiting for its response
+// headers are abandoned and retried elsewhere.
 func (g *Gateway) probeResult(u *Upstream, ok, connect bool, reason string) {
 	var up, down bool
 	u.mu.Lock()
 	if ok {
 		u.probeFails = 0
 		if !u.healthy.Load() {
-			u.life.Store(newLife())
+			u.waiting.revive()
 			u.healthy.Store(true)
 			up = true
 		}
@@ -272,7 +272,7 @@ func (g *Gateway) probeResult(u *Upstream, ok, connect bool, reason string) {
 		u.lastErr = reason
 		if u.healthy.Load() && (connect || u.probeFails >= g.probeFailures) {
 			u.healthy.Store(false)
-			u.life.Load().cancel()
+			u.waiting.abandon()
 			down = true
 		}
 	}

@@ -84,6 +84,9 @@ type exchange struct {
 	// the tenant middleware).
 	tenant Tenant
 
+	// headerWait lists the current attempt among its backend's (waitList).
+	headerWait headerWait
+
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
 }
@@ -489,7 +492,8 @@ func newReplayBody(b []byte) *replayBody {
 func (e *exchange) try(u *Upstream) (attempt, error) {
 	ctx, cancel := context.WithCancelCause(e.r.Context())
 	a := attempt{u: u, ctx: ctx, cancel: cancel}
-	stop := context.AfterFunc(u.life.Load().ctx, func() { cancel(errBackendDown) })
+	// The attempts of an exchange follow one another: one node serves them.
+	u.waiting.add(&e.headerWait, cancel)
 
 	out := e.tmpl.WithContext(ctx)
 	out.URL = &url.URL{Scheme: "http", Host: u.address, Path: e.path, RawPath: e.rawPath, RawQuery: e.r.URL.RawQuery}
@@ -505,7 +509,7 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	t0 := time.Now()
 	resp, err := e.g.transport.RoundTrip(out)
 	a.latency = time.Since(t0)
-	if !stop() && err == nil && errors.Is(context.Cause(ctx), errBackendDown) {
+	if !u.waiting.remove(&e.headerWait) && err == nil && errors.Is(context.Cause(ctx), errBackendDown) {
 		// Declared down just as the headers came: the body would fail.
 		_ = resp.Body.Close()
 		resp, err = nil, errBackendDown

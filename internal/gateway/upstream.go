@@ -69,9 +69,9 @@ type Upstream struct {
 	// the metrics (see concurrencyEstimate); 0 if none yet.
 	concBits atomic.Uint64
 
-	// life is cancelled when the probe declares the backend down; attempts
-	// waiting for headers hang their cancellation on it.
-	life atomic.Pointer[lifeSignal]
+	// waiting are the attempts waiting for the backend's response
+	// headers, which the probe declaring it down cancels.
+	waiting waitList
 
 	mu         sync.Mutex // serializes passive and active health transitions
 	ejections  int        // ejections since the last success (exponent of the backoff)
@@ -86,14 +86,83 @@ type Upstream struct {
 	rrCurrent int64
 }
 
-type lifeSignal struct {
-	ctx    context.Context
-	cancel context.CancelFunc
+// waitList is a backend's attempts waiting for response headers. When the
+// probe declares the backend down, abandon cancels each of them, and every
+// attempt added after, with errBackendDown, until revive. An attempt is
+// listed through a node of its exchange, so listing it allocates nothing
+// (a context.AfterFunc per attempt on a per-backend context cost three
+// allocations and a map entry).
+type waitList struct {
+	mu   sync.Mutex
+	head *headerWait
+	down bool
 }
 
-func newLife() *lifeSignal {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &lifeSignal{ctx: ctx, cancel: cancel}
+// headerWait is one attempt's node in a waitList.
+type headerWait struct {
+	prev, next *headerWait
+	cancel     context.CancelCauseFunc
+	listed     bool
+}
+
+// add lists w, whose attempt cancel cancels; if the backend is down, it
+// cancels the attempt at once instead.
+func (l *waitList) add(w *headerWait, cancel context.CancelCauseFunc) {
+	l.mu.Lock()
+	if l.down {
+		l.mu.Unlock()
+		cancel(errBackendDown)
+		return
+	}
+	w.cancel, w.prev, w.next, w.listed = cancel, nil, l.head, true
+	if l.head != nil {
+		l.head.prev = w
+	}
+	l.head = w
+	l.mu.Unlock()
+}
+
+// remove takes w off the list. It returns false if w's attempt was
+// cancelled with errBackendDown instead (by add or abandon), in which
+// case the cancellation has happened when remove returns.
+func (l *waitList) remove(w *headerWait) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !w.listed {
+		return false
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	*w = headerWait{}
+	return true
+}
+
+// abandon marks the backend down and cancels the listed attempts with
+// errBackendDown.
+func (l *waitList) abandon() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = true
+	for w := l.head; w != nil; {
+		next := w.next
+		w.cancel(errBackendDown)
+		*w = headerWait{}
+		w = next
+	}
+	l.head = nil
+}
+
+// revive ends abandon's effect on attempts added from now on.
+func (l *waitList) revive() {
+	l.mu.Lock()
+	l.down = false
+	l.mu.Unlock()
 }
 
 // backendMeta is the published description of a backend that can change
@@ -142,7 +211,6 @@ func newUpstream(id, pool, address string, weight int64, healthy bool) *Upstream
 	u := &Upstream{id: id, pool: pool, address: address, idHeader: []string{id}}
 	u.weight.Store(weight)
 	u.healthy.Store(healthy)
-	u.life.Store(newLife())
 	u.meta.Store(noMeta)
 	return u
 }
