@@ -62,12 +62,19 @@ func containsToken(values []string, token string) bool {
 // read), with X-Forwarded-For/-Host/-Proto. The same map serves every
 // attempt and is never written after this.
 //
+// The map is new, but its values are the client's slices, not copies:
+// neither the client's request nor this map ever has a value slice written
+// in place (a header is replaced or deleted as a whole), and the backend
+// clients only read them. That saves http.Header.Clone's copy of every
+// value.
+//
 // Upgrades (WebSocket) are not proxied: without Connection and Upgrade the
 // backend answers the request as a plain one.
 func outboundHeader(r *http.Request) http.Header {
-	h := r.Header.Clone()
-	if h == nil {
-		h = make(http.Header, 4)
+	// Room for the X-Forwarded-* headers and User-Agent.
+	h := make(http.Header, len(r.Header)+4)
+	for k, vv := range r.Header {
+		h[k] = vv
 	}
 	trailers := containsToken(r.Header["Te"], "trailers")
 	removeHopHeaders(h)
