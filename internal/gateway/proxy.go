@@ -53,7 +53,7 @@ type exchange struct {
 	r        *http.Request
 	start    time.Time
 	body     []byte
-	tmpl     *http.Request // the outbound request without context, URL and body
+	tmpl     http.Request // the outbound request without context, URL and body
 	path     string
 	rawPath  string
 	pool     string
@@ -86,6 +86,8 @@ type exchange struct {
 
 	// headerWait lists the current attempt among its backend's (waitList).
 	headerWait headerWait
+	// replay is the attempts' request body on the h1 client (see try).
+	replay replayBody
 
 	triedBuf [4]*Upstream
 	candBuf  [16]*Upstream
@@ -139,7 +141,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := &exchange{
 		g: g, w: w, r: r, start: start, body: body, stripUsage: stripUsage,
 		path: path, rawPath: rawPath, pool: r.Header.Get(PoolHeader),
-		tmpl: &http.Request{
+		tmpl: http.Request{
 			Method:        r.Method,
 			Proto:         "HTTP/1.1",
 			ProtoMajor:    1,
@@ -500,7 +502,17 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	// The backend's own address as Host: Ollama bound to loopback refuses
 	// other Host values. The client's is in X-Forwarded-Host.
 	out.Host = u.address
-	if len(e.body) > 0 {
+	switch {
+	case len(e.body) == 0:
+	case e.g.h1 != nil:
+		// The h1 client has copied the body into its write buffer when
+		// RoundTrip returns, and never asks for it again: one reader
+		// serves every attempt.
+		e.replay.Reset(e.body)
+		out.Body = &e.replay
+	default:
+		// A Transport may still read the body after RoundTrip returned,
+		// and may ask for it again (GetBody).
 		body := e.body
 		out.Body = newReplayBody(body)
 		out.GetBody = func() (io.ReadCloser, error) { return newReplayBody(body), nil }
