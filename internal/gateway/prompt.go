@@ -36,6 +36,14 @@ const (
 //	/v1/completions                  prompt (a string, strings, or token ids as JSON)
 //	/v1/responses                    instructions, input (a string or items with role and content)
 func promptText(path string, body []byte) (model string, text []byte, ok bool) {
+	if model, text, ok := promptTextPlain(path, body); ok {
+		return model, text, true
+	}
+	return promptTextJSON(path, body)
+}
+
+// promptTextJSON is promptText for every body, by encoding/json.
+func promptTextJSON(path string, body []byte) (model string, text []byte, ok bool) {
 	var req struct {
 		Model        string            `json:"model"`
 		Messages     []json.RawMessage `json:"messages"`
@@ -94,7 +102,11 @@ type promptBuf struct{ buf []byte }
 const maxPromptBytes = maxPrefixBlocks * DefaultPrefixBlockBytes
 
 func (b *promptBuf) field(role string, content []byte) {
-	for _, part := range [][]byte{[]byte(role), {0}, content, {0}} {
+	b.fieldBytes([]byte(role), content)
+}
+
+func (b *promptBuf) fieldBytes(role, content []byte) {
+	for _, part := range [][]byte{role, {0}, content, {0}} {
 		if room := maxPromptBytes - len(b.buf); room > 0 {
 			b.buf = append(b.buf, part[:min(len(part), room)]...)
 		}
