@@ -81,8 +81,11 @@ type exchange struct {
 	// to others (fairshare.go).
 	saturated bool
 	// tenant: who the request is for (TenantOf; the zero Tenant without
-	// the tenant middleware).
+	// the tenant middleware, or without the fair share, which alone
+	// reads it).
 	tenant Tenant
+	// answer is the attempt whose response is committed.
+	answer attempt
 
 	// headerWait lists the current attempt among its backend's (waitList).
 	headerWait headerWait
@@ -151,14 +154,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	e.tried = e.triedBuf[:0]
-	e.tenant, _ = TenantOf(r.Context())
+	if g.fair != nil {
+		// Only the fair share tells tenants apart; the lookup walks the
+		// request context's chain of values.
+		e.tenant, _ = TenantOf(r.Context())
+	}
 	if g.table.Load().modelAware || g.splits.Load() != nil || g.loadedSeen.Load() {
 		e.model, e.hasModel = requestModel(body)
 	}
 	// The answer is committed after serve returned, so that serve's frame
-	// is off the stack while a stream waits for tokens (see commit).
+	// is off the stack while a stream waits for tokens (see commit). It
+	// is kept in the exchange, which is on the heap anyway: commit's
+	// closures would move a local there on its own.
 	if a, ok := e.serve(); ok {
-		e.commit(&a)
+		e.answer = a
+		e.commit(&e.answer)
 	}
 }
 
