@@ -82,6 +82,8 @@ func outboundHeader(r *http.Request) http.Header {
 	if trailers {
 		h["Te"] = []string{"trailers"}
 	}
+	// One allocation for the values of X-Forwarded-For and -Host.
+	var added *[2]string
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		prior, present := h["X-Forwarded-For"]
 		// A nil value, set by a trusted middleware, means "do not add".
@@ -89,11 +91,16 @@ func outboundHeader(r *http.Request) http.Header {
 			if len(prior) > 0 {
 				ip = strings.Join(prior, ", ") + ", " + ip
 			}
-			h["X-Forwarded-For"] = []string{ip}
+			added = &[2]string{0: ip}
+			h["X-Forwarded-For"] = added[0:1:1]
 		}
 	}
 	if _, ok := h["X-Forwarded-Host"]; !ok && r.Host != "" {
-		h["X-Forwarded-Host"] = []string{r.Host}
+		if added == nil {
+			added = new([2]string)
+		}
+		added[1] = r.Host
+		h["X-Forwarded-Host"] = added[1:2:2]
 	}
 	if _, ok := h["X-Forwarded-Proto"]; !ok {
 		h["X-Forwarded-Proto"] = protoHTTP
