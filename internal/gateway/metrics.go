@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +37,13 @@ type metrics struct {
 	// traffic holds only requests and duration, for RequestMetrics.
 	traffic *prometheus.Registry
 
-	requests  *prometheus.CounterVec
+	requests *prometheus.CounterVec
+	// counters caches the requests counter of each series seen, so that
+	// a request does not hash its labels and look them up in the vector:
+	// copied on write under countersMu, dropped by forget.
+	counters   atomic.Pointer[map[requestSeries]prometheus.Counter]
+	countersMu sync.Mutex
+
 	duration  prometheus.Histogram
 	retries   *prometheus.CounterVec
 	aborts    prometheus.Counter
@@ -119,8 +127,45 @@ func (m *metrics) request(pool, backend string, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(pool, backend, codeLabel(code)).Inc()
+	m.requestCounter(requestSeries{pool, backend, code}).Inc()
 	m.duration.Observe(d.Seconds())
+}
+
+// requestSeries names one series of tidegpu_gateway_requests_total.
+type requestSeries struct {
+	pool, backend string
+	code          int
+}
+
+// maxCachedSeries bounds the request counters cached; the series beyond
+// are looked up in the vector every time.
+const maxCachedSeries = 1024
+
+// requestCounter returns the counter of s, from the cache if it is there.
+func (m *metrics) requestCounter(s requestSeries) prometheus.Counter {
+	if p := m.counters.Load(); p != nil {
+		if c, ok := (*p)[s]; ok {
+			return c
+		}
+	}
+	// Under countersMu, so that forget cannot delete the series between
+	// the lookup and the caching.
+	m.countersMu.Lock()
+	defer m.countersMu.Unlock()
+	c := m.requests.WithLabelValues(s.pool, s.backend, codeLabel(s.code))
+	var old map[requestSeries]prometheus.Counter
+	if p := m.counters.Load(); p != nil {
+		old = *p
+	}
+	if len(old) < maxCachedSeries {
+		next := make(map[requestSeries]prometheus.Counter, len(old)+1)
+		for k, v := range old {
+			next[k] = v
+		}
+		next[s] = c
+		m.counters.Store(&next)
+	}
+	return c
 }
 
 func (m *metrics) retry(reason string) {
@@ -163,7 +208,10 @@ func (m *metrics) forget(backend string) {
 	if m == nil {
 		return
 	}
+	m.countersMu.Lock()
+	defer m.countersMu.Unlock()
 	m.requests.DeletePartialMatch(prometheus.Labels{"backend": backend})
+	m.counters.Store(nil)
 }
 
 var (

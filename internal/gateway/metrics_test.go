@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,41 @@ func TestRequestMetricsGathersOnlyTheRequestFamilies(t *testing.T) {
 	// that a sampler given it falls back to the backends' counters.
 	if g := newHarness(t, Options{}).g.RequestMetrics(); g != nil {
 		t.Fatalf("RequestMetrics without a registry = %#v, want nil", g)
+	}
+}
+
+// TestRequestCounterCache: requests counted through the cache land in the
+// registry's series, and a series forgotten (its backend gone) starts
+// again from its next request.
+func TestRequestCounterCache(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, &Gateway{}) // gathered through m.traffic: no gateway state
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(backend, code string, n int) string {
+		return `tidegpu_gateway_requests_total{backend="` + backend + `",code="` + code + `",pool="p"} ` + strconv.Itoa(n)
+	}
+	for range 3 {
+		m.request("p", "a", 200, time.Millisecond)
+	}
+	m.request("p", "a", 503, time.Millisecond)
+	m.request("p", "b", 200, time.Millisecond)
+	text := gatherText(t, m.traffic)
+	for _, want := range []string{line("a", "200", 3), line("a", "503", 1), line("b", "200", 1)} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %s in\n%s", want, text)
+		}
+	}
+	m.forget("a")
+	if text := gatherText(t, m.traffic); strings.Contains(text, `backend="a"`) {
+		t.Fatalf("a's series after forget:\n%s", text)
+	}
+	m.request("p", "a", 200, time.Millisecond)
+	text = gatherText(t, m.traffic)
+	for _, want := range []string{line("a", "200", 1), line("b", "200", 1)} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %s in\n%s", want, text)
+		}
 	}
 }
