@@ -241,6 +241,7 @@ type sconn struct {
 	watching bool // the watch is reading the connection
 	aborting bool // the watch is being stopped
 	curBody  atomic.Pointer[body]
+	linger   bool // closing with request bytes unread
 }
 
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
@@ -294,6 +295,9 @@ func (c *sconn) close() {
 	if c.watch != nil {
 		c.watch.Stop()
 	}
+	if c.linger {
+		c.lingerClose()
+	}
 	_ = c.nc.Close()
 	c.releaseReader()
 	c.s.remove(c)
@@ -341,13 +345,13 @@ func (c *sconn) serveOne(tmpl http.Request) bool {
 	c.mu.Unlock()
 	c.curBody.Store(nil)
 	cancel()
-	if !ok || w.closeAfter || w.err != nil || req.Close {
+	if b := w.body; b != nil && !b.done.Load() && w.err == nil {
+		// A body the handler answered without reading, not drained: the
+		// client may still be sending it.
+		c.linger = true
 		return false
 	}
-	if b := w.body; b != nil && !b.done.Load() {
-		return false // a body the handler answered without reading, not drained
-	}
-	return true
+	return ok && !w.closeAfter && w.err == nil && !req.Close
 }
 
 // handle runs the handler; false if it panicked.
@@ -390,6 +394,32 @@ func (c *sconn) beforeHead(w *response) {
 	if !w.closeAfter && c.br != nil && c.br.Buffered() == 0 {
 		c.releaseReader()
 	}
+}
+
+// lingerTime is how long a connection closed with request bytes unread
+// reads and drops them first (net/http waits as long).
+const lingerTime = 500 * time.Millisecond
+
+// lingerClose ends the connection's sending side and reads what the client
+// still sends, for up to lingerTime: closed at once, the kernel would reset
+// the connection, and a client still writing its body would lose the
+// answer (a 413 to a large upload) before reading it.
+func (c *sconn) lingerClose() {
+	tc, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || tc.CloseWrite() != nil {
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	if c.br != nil {
+		_, _ = c.br.Discard(c.br.Buffered())
+	}
+	buf := getBuf()
+	for {
+		if _, err := c.nc.Read(*buf); err != nil {
+			break
+		}
+	}
+	putBuf(buf)
 }
 
 // write sends b for w; a failure is w's error from then on.

@@ -443,3 +443,24 @@ func TestServerPanics(t *testing.T) {
 		t.Fatalf("log %q", l)
 	}
 }
+
+// TestServerAnswersALargeUploadEarly: an answer given without reading a
+// large body reaches the client, which is still sending it (the
+// connection is closed after draining for a while, not reset).
+func TestServerAnswersALargeUploadEarly(t *testing.T) {
+	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.CopyN(io.Discard, r.Body, 1<<20) // as the gateway reads up to its limit
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+	})})
+	for range 3 {
+		resp, err := http.Post("http://"+addr+"/", "application/octet-stream", bytes.NewReader(make([]byte, 8<<20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+			t.Fatalf("%d %q, close %v", resp.StatusCode, b, resp.Close)
+		}
+	}
+}
