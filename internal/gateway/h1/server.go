@@ -391,7 +391,7 @@ func (c *sconn) beforeHead(w *response) {
 	if w.req.Close || c.s.shutdown.Load() {
 		w.closeAfter = true
 	}
-	if !w.closeAfter && c.br != nil && c.br.Buffered() == 0 {
+	if c.br != nil && c.br.Buffered() == 0 && (w.body == nil || w.body.done.Load()) {
 		c.releaseReader()
 	}
 }
