@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -202,6 +203,18 @@ func (w *response) WriteString(s string) (int, error) {
 	}
 	return w.Write([]byte(s))
 }
+
+// ReadFrom implements io.ReaderFrom, so that io.Copy to the response
+// copies through a pooled buffer instead of allocating 32 KiB for each
+// answer.
+func (w *response) ReadFrom(r io.Reader) (int64, error) {
+	bp := getBuf()
+	defer putBuf(bp)
+	return io.CopyBuffer(writerOnly{w}, r, *bp)
+}
+
+// writerOnly hides ReadFrom from io.CopyBuffer.
+type writerOnly struct{ io.Writer }
 
 // Flush implements http.Flusher: the head, if not yet sent, and what is
 // gathered go out now.
