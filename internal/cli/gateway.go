@@ -419,7 +419,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	srv := tuning.Server(handler)
 	serveErr := make(chan error, 3)
 	for _, l := range lns {
-		go func() { serveErr <- serveHTTP(srv.Server, l, "gateway") }()
+		go func() { serveErr <- serveHTTP(srv, l, "gateway") }()
 	}
 	var adminSrv *http.Server
 	if adminLn != nil {
@@ -510,7 +510,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 }
 
 // serveHTTP serves s on ln; a normal shutdown is not an error.
-func serveHTTP(s *http.Server, ln net.Listener, what string) error {
+func serveHTTP(s interface{ Serve(net.Listener) error }, ln net.Listener, what string) error {
 	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("%s server: %w", what, err)
 	}

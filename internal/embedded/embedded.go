@@ -369,7 +369,7 @@ func Run(ctx context.Context, o Options) error {
 		Dashboard: dashboard.Handler(dashboard.Options{Pools: mgr, Events: rec, Sampler: sampler})})}
 	serveErr := make(chan error, 3)
 	for _, ln := range gwLns {
-		go func() { serveErr <- serve(gwSrv.Server, ln, "gateway") }()
+		go func() { serveErr <- serve(gwSrv, ln, "gateway") }()
 	}
 	go func() { serveErr <- serve(adminSrv, adminLn, "admin") }()
 
@@ -473,7 +473,7 @@ func openLedger(dir string, logger *slog.Logger) (*cost.Ledger, func(), error) {
 	return l, save, nil
 }
 
-func serve(s *http.Server, ln net.Listener, what string) error {
+func serve(s interface{ Serve(net.Listener) error }, ln net.Listener, what string) error {
 	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("%s server: %w", what, err)
 	}

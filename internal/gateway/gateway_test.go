@@ -631,7 +631,7 @@ func TestRoutingAndHeaders(t *testing.T) {
 	if got := echo.Header.Get("X-Forwarded-For"); got != "10.1.2.3, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For = %q", got)
 	}
-	if got := echo.Header.Get("X-Forwarded-Host"); got != h.srv.Listener.Addr().String() {
+	if got := echo.Header.Get("X-Forwarded-Host"); got != h.srv.addr() {
 		t.Errorf("X-Forwarded-Host = %q", got)
 	}
 	if echo.Host != a.addr() {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -108,7 +109,7 @@ func refusedAddr(t testing.TB) string {
 // harness is a gateway served over a real socket, with a client.
 type harness struct {
 	g      *Gateway
-	srv    *httptest.Server
+	srv    *listening
 	gs     *Server
 	client *http.Client
 }
@@ -116,6 +117,12 @@ type harness struct {
 // newHarness starts a gateway with opts. Unless set, tests do not probe and
 // do not wait for backends.
 func newHarness(t testing.TB, opts Options) *harness {
+	t.Helper()
+	return newHarnessOn(t, opts, serverEngine)
+}
+
+// newHarnessOn is newHarness with the server engine (serverEngine) named.
+func newHarnessOn(t testing.TB, opts Options, engine string) *harness {
 	t.Helper()
 	if opts.ProbeInterval == 0 {
 		opts.ProbeInterval = -1
@@ -127,17 +134,15 @@ func newHarness(t testing.TB, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The product's server (Tuning.Server), which streams take over from.
-	gs := Tuning{}.Server(g)
-	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = gs.Server
-	srv.Start()
+	// The product's server (Tuning.Server).
+	gs := Tuning{}.server(g, engine)
+	srv := listen(t, gs)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	h := &harness{g: g, srv: srv, gs: gs, client: &http.Client{Transport: tr}}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
-		srv.Close()
 		_ = gs.Close()
+		srv.wait(t)
 		g.Close()
 	})
 	return h
@@ -201,3 +206,30 @@ func status(t testing.TB, g *Gateway, id string) BackendStatus {
 	t.Fatalf("backend %s not found in %+v", id, g.Backends())
 	return BackendStatus{}
 }
+
+// listening is a Server serving on a loopback port.
+type listening struct {
+	URL    string // http://host:port
+	served chan error
+}
+
+func listen(t testing.TB, gs *Server) *listening {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listening{URL: "http://" + ln.Addr().String(), served: make(chan error, 1)}
+	go func() { l.served <- gs.Serve(ln) }()
+	return l
+}
+
+// wait checks that Serve returned http.ErrServerClosed after Close.
+func (l *listening) wait(t testing.TB) {
+	if err := <-l.served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+	}
+}
+
+// addr is the host:port the server listens on.
+func (l *listening) addr() string { return strings.TrimPrefix(l.URL, "http://") }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -184,9 +185,11 @@ func TestConcurrentLoadWithSwapsAndKill(t *testing.T) {
 	if victim.hits.Load() == 0 {
 		t.Fatal("the victim never had a request to lose")
 	}
-	// Closing the front server waits for every handler: then nothing may be
-	// left in flight anywhere.
-	h.srv.Close()
+	// Shutting the front server down waits for every handler: then nothing
+	// may be left in flight anywhere.
+	if err := h.gs.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{"a", "b", "c", "victim"} {
 		if n := h.g.InFlight(id); n != 0 {
 			t.Errorf("InFlight(%s) = %d after the load", id, n)

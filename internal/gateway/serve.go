@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // Defaults of the gateway's HTTP server (Tuning).
@@ -52,52 +54,93 @@ func (t Tuning) Apply(o *Options) {
 	o.BackendMaxInFlight, o.BackendQueue, o.BackendQueueWait = t.BackendMaxInFlight, t.BackendQueue, t.BackendQueueWait
 }
 
+// serverEngine selects the gateway's HTTP server: "h1" (h1.Server, our
+// own HTTP/1.1 server) or "nethttp" (net/http's, with streamed answers
+// taken over from it, stream.go). "h1" is the default: BENCHMARKS.md,
+// issue 19, "An HTTP/1.1 server of our own". An internal switch, set at
+// build time:
+//
+//	-ldflags "-X github.com/tidegpu/tidegpu/internal/gateway.serverEngine=nethttp"
+var serverEngine = "h1"
+
 // Server returns the HTTP server of a gateway handler h with t's timeouts.
 // It has no ReadTimeout or WriteTimeout: they would cut long uploads and
 // long generations; the body limit and StreamIdleTimeout bound those.
 //
-// The gateway behind it (h, or a handler h passes the request to) writes
-// the streamed answers to HTTP/1.1 clients straight to their connection,
-// taken over from net/http (stream.go); the Server's Shutdown waits for
-// those too, and its Close ends them.
+// It serves HTTP/1.0 and HTTP/1.1 (h1.Server): each answer the handler
+// finishes goes out in one write, and a streamed answer holds no buffer
+// between its tokens. With the "nethttp" engine, the gateway behind it (h,
+// or a handler h passes the request to) writes the streamed answers to
+// HTTP/1.1 clients straight to their connection, taken over from net/http
+// (stream.go); the Server's Shutdown waits for those too, and its Close
+// ends them.
 func (t Tuning) Server(h http.Handler) *Server {
+	return t.server(h, serverEngine)
+}
+
+func (t Tuning) server(h http.Handler, engine string) *Server {
 	s := &Server{}
-	s.Server = &http.Server{
+	if engine == "h1" {
+		s.lean = &h1.Server{
+			Handler:           h,
+			ReadHeaderTimeout: cmp(t.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+			IdleTimeout:       cmp(t.IdleTimeout, DefaultIdleTimeout),
+		}
+		return s
+	}
+	s.std = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cmp(t.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		IdleTimeout:       cmp(t.IdleTimeout, DefaultIdleTimeout),
 	}
 	if serverStreams == "direct" {
-		s.Handler = &finishing{h}
-		s.ConnContext = s.connContext
+		s.std.Handler = &finishing{h}
+		s.std.ConnContext = s.connContext
 	}
 	return s
 }
 
-// Server is a gateway's HTTP server (Tuning.Server): an http.Server whose
-// Shutdown and Close also cover the streams the gateway took over from
-// net/http, which http.Server no longer tracks once their connection is
-// hijacked.
+// Server is a gateway's HTTP server (Tuning.Server). With the "nethttp"
+// engine it is an http.Server whose Shutdown and Close also cover the
+// streams the gateway took over from net/http, which http.Server no
+// longer tracks once their connection is hijacked.
 type Server struct {
-	*http.Server
+	lean    *h1.Server
+	std     *http.Server
 	streams streamSet
 }
 
-// Shutdown shuts the server down gracefully (http.Server.Shutdown), then
-// waits for the streams taken over from it to end. If ctx ends first it
-// returns ctx's error; Close then ends what is left.
+// Serve serves connections from ln until Shutdown or Close, then returns
+// http.ErrServerClosed.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.lean != nil {
+		return s.lean.Serve(ln)
+	}
+	return s.std.Serve(ln)
+}
+
+// Shutdown shuts the server down gracefully: no new connections, idle
+// ones closed, and it returns once the answers under way have ended. If
+// ctx ends first it returns ctx's error; Close then ends what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if err := s.Server.Shutdown(ctx); err != nil {
+	if s.lean != nil {
+		return s.lean.Shutdown(ctx)
+	}
+	if err := s.std.Shutdown(ctx); err != nil {
 		return err
 	}
 	return s.streams.wait(ctx)
 }
 
-// Close closes the server (http.Server.Close) and ends the streams taken
-// over from it: their client connections are closed and their backend
-// reads cancelled.
+// Close closes the server's listeners and connections and cancels the
+// requests under way (with "nethttp", it ends the streams taken over:
+// their client connections are closed and their backend reads
+// cancelled).
 func (s *Server) Close() error {
-	err := s.Server.Close()
+	if s.lean != nil {
+		return s.lean.Close()
+	}
+	err := s.std.Close()
 	s.streams.abort()
 	return err
 }

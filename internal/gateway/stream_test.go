@@ -148,7 +148,7 @@ func streamLines() []string {
 func TestDirectStreamByteExact(t *testing.T) {
 	lines := streamLines()
 	a := linesBackend(t, "a", lines)
-	h := newHarness(t, Options{})
+	h := newHarnessOn(t, Options{}, "nethttp")
 	h.g.SetBackends("p", []Backend{a.backend("p")})
 	resp, body := h.do(t, http.MethodPost, "/api/chat", `{"stream":true}`)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(BackendHeader) != "a" {
@@ -172,7 +172,7 @@ func TestDirectStreamByteExact(t *testing.T) {
 
 	// On a raw connection: chunked framing parsed by net/http, then the
 	// connection closes.
-	_, br, rr, err := rawPost(t, h.srv.Listener.Addr().String(), "HTTP/1.1")
+	_, br, rr, err := rawPost(t, h.srv.addr(), "HTTP/1.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +193,9 @@ func TestDirectStreamByteExact(t *testing.T) {
 func TestDirectStreamOnlyForHTTP11(t *testing.T) {
 	lines := streamLines()
 	a := linesBackend(t, "a", lines)
-	h := newHarness(t, Options{})
+	h := newHarnessOn(t, Options{}, "nethttp")
 	h.g.SetBackends("p", []Backend{a.backend("p")})
-	_, _, rr, err := rawPost(t, h.srv.Listener.Addr().String(), "HTTP/1.0")
+	_, _, rr, err := rawPost(t, h.srv.addr(), "HTTP/1.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestDirectStreamFeedsTaps(t *testing.T) {
 			g.SetBackends("p", []Backend{a.backend("p")})
 			var mu sync.Mutex
 			var seen *tapWriter
-			gs := Tuning{}.Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			gs := Tuning{}.server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if !tapped {
 					g.ServeHTTP(&untapped{w}, r)
 					return
@@ -251,7 +251,7 @@ func TestDirectStreamFeedsTaps(t *testing.T) {
 				mu.Lock()
 				seen = tw
 				mu.Unlock()
-			}))
+			}), "nethttp")
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -308,9 +308,9 @@ func TestDirectStreamClientGoneFreesBackend(t *testing.T) {
 			}
 		}
 	})
-	h := newHarness(t, Options{})
+	h := newHarnessOn(t, Options{}, "nethttp")
 	h.g.SetBackends("p", []Backend{a.backend("p")})
-	c, _, rr, err := rawPost(t, h.srv.Listener.Addr().String(), "HTTP/1.1")
+	c, _, rr, err := rawPost(t, h.srv.addr(), "HTTP/1.1")
 	if err != nil || !rr.Close {
 		t.Fatalf("%v, Close %v", err, rr != nil && rr.Close)
 	}
@@ -351,7 +351,7 @@ func TestDirectStreamShutdownWaits(t *testing.T) {
 			}
 		}
 	})
-	h := newHarness(t, Options{})
+	h := newHarnessOn(t, Options{}, "nethttp")
 	h.g.SetBackends("p", []Backend{a.backend("p")})
 	resp, err := h.client.Post(h.srv.URL+"/api/chat", "application/json", strings.NewReader(`{}`))
 	if err != nil {
@@ -373,7 +373,7 @@ func TestDirectStreamShutdownWaits(t *testing.T) {
 	go func() { done <- h.gs.Shutdown(context.Background()) }()
 	// Shutdown has closed the listener...
 	waitUntil(t, "the listener to close", func() bool {
-		c, err := net.Dial("tcp", h.srv.Listener.Addr().String())
+		c, err := net.Dial("tcp", h.srv.addr())
 		if err == nil {
 			c.Close()
 		}
@@ -407,7 +407,7 @@ func TestDirectStreamShutdownWaits(t *testing.T) {
 // failure is counted against the backend.
 func TestDirectStreamCloseEndsIt(t *testing.T) {
 	a, entered, release := holdingBackend(t, "a")
-	h := newHarness(t, Options{})
+	h := newHarnessOn(t, Options{}, "nethttp")
 	h.g.SetBackends("p", []Backend{a.backend("p")})
 	rest := h.startStream(t)
 	within(t, entered, 5*time.Second, "stream on a")
@@ -438,7 +438,7 @@ func TestDirectStreamRetriesBeforeFirstByte(t *testing.T) {
 	unavailable := newBackend(t, "unavailable", statusHandler(http.StatusServiceUnavailable))
 	lines := streamLines()
 	good := linesBackend(t, "good", lines)
-	h := newHarness(t, Options{Policy: "round-robin"})
+	h := newHarnessOn(t, Options{Policy: "round-robin"}, "nethttp")
 	h.g.SetBackends("p", []Backend{reset.backend("p"), unavailable.backend("p"), good.backend("p")})
 	for range 6 {
 		resp, body := h.do(t, http.MethodPost, "/api/chat", `{}`)

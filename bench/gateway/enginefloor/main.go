@@ -7,26 +7,47 @@
 //
 //	-engine nethttp:  net/http's server and httputil.ReverseProxy
 //	-engine fasthttp: valyala/fasthttp's server and HostClient
+//	-engine h1:       the gateway's own engine, h1.Server and h1.Client
 //
 // bench/gateway/enginefloor/run.sh runs it in bench/gateway/run.sh's place
 // of the gateway, beside HAProxy and nginx.
 package main
 
 import (
+	"bytes"
 	"flag"
+	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"runtime/pprof"
+	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 func main() {
 	engine := flag.String("engine", "nethttp", "nethttp or fasthttp")
 	listen := flag.String("listen", "127.0.0.1:18080", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:18081", "the backend's host:port")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-for here")
+	profileFor := flag.Duration("profile-for", 10*time.Second, "how long -cpuprofile records")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		time.AfterFunc(*profileFor, func() { pprof.StopCPUProfile(); _ = f.Close() })
+	}
 	switch *engine {
 	case "nethttp":
 		u := &url.URL{Scheme: "http", Host: *backend}
@@ -43,7 +64,48 @@ func main() {
 			ctx.Response.Header.Del("Connection")
 		}
 		log.Fatal((&fasthttp.Server{Handler: h}).ListenAndServe(*listen))
+	case "h1":
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Fatal((&h1.Server{Handler: h1Proxy(*backend)}).Serve(ln))
 	default:
-		log.Fatalf("-engine %q: want nethttp or fasthttp", *engine)
+		log.Fatalf("-engine %q: want nethttp, fasthttp or h1", *engine)
 	}
+}
+
+// h1Proxy forwards each request to backend with the h1 client: the body
+// read into memory (as the gateway does, to retry), the headers passed on
+// but Connection, the answer copied back.
+func h1Proxy(backend string) http.Handler {
+	cl := h1.New(h1.Options{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+backend+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out.Header = r.Header
+		delete(out.Header, "Connection")
+		resp, err := cl.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		h := w.Header()
+		for k, vv := range resp.Header {
+			if k != "Connection" && k != "Keep-Alive" {
+				h[k] = vv
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	})
 }

@@ -1,0 +1,309 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// headError is a request head the server refuses: the status it answers
+// (400, 417, 431, 501, 505) and why.
+type headError struct {
+	status int
+	msg    string
+}
+
+func (e *headError) Error() string { return e.msg }
+
+func badHead(msg string) error { return &headError{http.StatusBadRequest, msg} }
+
+// errHeadTooLarge is a head longer than the server's MaxHeaderBytes.
+var errHeadTooLarge = &headError{http.StatusRequestHeaderFieldsTooLarge, "request header too large"}
+
+// headReader reads request heads. It keeps, between requests on one
+// connection, the scratch space a head is gathered in.
+type headReader struct {
+	buf  []byte // the head's lines without their line ends
+	ends []int  // where each line ends in buf
+}
+
+// maxEmptyLines is how many empty lines before a request line are skipped
+// (RFC 9112 section 2.2: a client may send a CRLF after a body).
+const maxEmptyLines = 4
+
+// read reads one request head from br: at most max bytes of request line
+// and header lines. The request it returns has no context and no body;
+// body tells how the body is framed (contentLength -1: chunked).
+//
+// It is stricter than net/http where a lenient reading is how requests are
+// smuggled (RFC 9112 section 11.2): a request with both Content-Length and
+// Transfer-Encoding, a transfer coding other than chunked, differing
+// Content-Lengths, a header line folded onto the next (obs-fold) or a
+// space before the colon are refused. Only HTTP/1.0 and HTTP/1.1 are
+// served.
+func (hr *headReader) read(br *bufio.Reader, max int) (http.Request, error) {
+	hr.buf, hr.ends = hr.buf[:0], hr.ends[:0]
+	total := 0
+	skipped := 0
+	for {
+		line, err := readLine(br, hr.buf, max-total)
+		if err != nil {
+			return http.Request{}, err
+		}
+		total += len(line) - len(hr.buf) + 2
+		if len(hr.ends) == 0 && len(line) == len(hr.buf) {
+			// An empty line before the request line.
+			if skipped++; skipped > maxEmptyLines {
+				return http.Request{}, badHead("empty request line")
+			}
+			continue
+		}
+		if len(line) == len(hr.buf) {
+			break // the end of the head
+		}
+		hr.buf = line
+		hr.ends = append(hr.ends, len(line))
+	}
+	// Canonicalise the header names in place, so that the one string made
+	// below holds them in their final form.
+	start := hr.ends[0]
+	for _, end := range hr.ends[1:] {
+		line := hr.buf[start:end]
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+				return http.Request{}, badHead("folded header line (obs-fold)")
+			}
+			return http.Request{}, badHead("malformed header line: no name and colon")
+		}
+		if !validFieldName(line[:colon]) {
+			return http.Request{}, badHead("invalid header name " + strconv.Quote(string(line[:colon])))
+		}
+		canonicalize(line[:colon])
+		start = end
+	}
+	s := string(hr.buf)
+	return hr.build(s)
+}
+
+// readLine appends the next line of br, without its line end (CRLF or a
+// bare LF), to dst, reading at most max bytes.
+func readLine(br *bufio.Reader, dst []byte, max int) ([]byte, error) {
+	n := 0
+	for {
+		frag, err := br.ReadSlice('\n')
+		n += len(frag)
+		if n > max {
+			return nil, errHeadTooLarge
+		}
+		switch {
+		case err == nil:
+			dst = append(dst, frag...)
+			dst = dst[:len(dst)-1]
+			if len(dst) > 0 && dst[len(dst)-1] == '\r' {
+				dst = dst[:len(dst)-1]
+			}
+			return dst, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			dst = append(dst, frag...)
+		default:
+			return nil, err
+		}
+	}
+}
+
+// build makes the request from the head s, whose lines end at hr.ends.
+func (hr *headReader) build(s string) (http.Request, error) {
+	var none http.Request
+	line := s[:hr.ends[0]]
+	method, rest, ok1 := strings.Cut(line, " ")
+	uri, proto, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || method == "" || uri == "" {
+		return none, badHead("malformed request line " + strconv.Quote(line))
+	}
+	if !validMethod(method) {
+		return none, badHead("invalid method " + strconv.Quote(method))
+	}
+	method = internMethod(method)
+	var minor int
+	switch proto {
+	case "HTTP/1.1":
+		proto, minor = "HTTP/1.1", 1
+	case "HTTP/1.0":
+		proto, minor = "HTTP/1.0", 0
+	default:
+		if _, _, ok := http.ParseHTTPVersion(proto); ok {
+			return none, &headError{http.StatusHTTPVersionNotSupported, "unsupported protocol version " + strconv.Quote(proto)}
+		}
+		return none, badHead("malformed protocol version " + strconv.Quote(proto))
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return none, badHead("invalid request target " + strconv.Quote(uri))
+	}
+
+	n := len(hr.ends) - 1
+	h := make(http.Header, n)
+	vals := make([]string, n)
+	start := hr.ends[0]
+	for i, end := range hr.ends[1:] {
+		line := s[start:end]
+		start = end
+		colon := strings.IndexByte(line, ':')
+		key := line[:colon]
+		if c, ok := commonHeader[key]; ok {
+			key = c
+		}
+		v := strings.Trim(line[colon+1:], " \t")
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return none, badHead("invalid value of header " + key)
+		}
+		if old := h[key]; old != nil {
+			h[key] = append(old, v)
+			continue
+		}
+		vals[i] = v
+		h[key] = vals[i : i+1 : i+1]
+	}
+
+	req := http.Request{
+		Method: method, URL: u, Proto: proto, ProtoMajor: 1, ProtoMinor: minor,
+		Header: h, RequestURI: uri, Body: http.NoBody,
+	}
+	hosts := h["Host"]
+	switch {
+	case len(hosts) > 1:
+		return none, badHead("more than one Host header")
+	case len(hosts) == 0 && minor == 1:
+		return none, badHead("missing required Host header")
+	case len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]):
+		return none, badHead("malformed Host header")
+	}
+	req.Host = u.Host
+	if req.Host == "" && len(hosts) == 1 {
+		req.Host = hosts[0]
+	}
+	delete(h, "Host")
+
+	conn := h["Connection"]
+	if minor == 1 {
+		req.Close = httpguts.HeaderValuesContainsToken(conn, "close")
+	} else {
+		req.Close = !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
+	}
+
+	te, cl := h["Transfer-Encoding"], h["Content-Length"]
+	switch {
+	case te != nil && cl != nil:
+		return none, badHead("both Transfer-Encoding and Content-Length")
+	case te != nil:
+		if minor == 0 {
+			return none, badHead("Transfer-Encoding in an HTTP/1.0 request")
+		}
+		if len(te) != 1 || !strings.EqualFold(te[0], "chunked") {
+			return none, &headError{http.StatusNotImplemented, "unsupported Transfer-Encoding " + strconv.Quote(strings.Join(te, ", "))}
+		}
+		delete(h, "Transfer-Encoding")
+		req.TransferEncoding = []string{"chunked"}
+		req.ContentLength = -1
+	case cl != nil:
+		for _, v := range cl[1:] {
+			if v != cl[0] {
+				return none, badHead("differing Content-Length headers")
+			}
+		}
+		n, ok := parseLength(cl[0])
+		if !ok {
+			return none, badHead("invalid Content-Length " + strconv.Quote(cl[0]))
+		}
+		req.ContentLength = n
+	}
+	if ex := h["Expect"]; ex != nil {
+		if len(ex) != 1 || !strings.EqualFold(ex[0], "100-continue") {
+			return none, &headError{http.StatusExpectationFailed, "unsupported Expect " + strconv.Quote(strings.Join(ex, ", "))}
+		}
+	}
+	return req, nil
+}
+
+// parseLength parses a Content-Length: decimal digits only.
+func parseLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// validMethod reports whether m is a token (RFC 9110 section 9.1).
+func validMethod(m string) bool {
+	return validFieldName([]byte(m))
+}
+
+func internMethod(m string) string {
+	switch m {
+	case "GET":
+		return http.MethodGet
+	case "POST":
+		return http.MethodPost
+	case "HEAD":
+		return http.MethodHead
+	case "PUT":
+		return http.MethodPut
+	case "DELETE":
+		return http.MethodDelete
+	case "OPTIONS":
+		return http.MethodOptions
+	case "PATCH":
+		return http.MethodPatch
+	}
+	return m
+}
+
+// canonicalize rewrites a header name in place as
+// textproto.CanonicalMIMEHeaderKey would: its first letter and every letter
+// after a hyphen upper case, the others lower case. k is a valid token.
+func canonicalize(k []byte) {
+	upper := true
+	for i, c := range k {
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			k[i] = c - ('a' - 'A')
+		case !upper && 'A' <= c && c <= 'Z':
+			k[i] = c + ('a' - 'A')
+		}
+		upper = c == '-'
+	}
+}
+
+// commonHeader interns the names requests to an inference gateway carry,
+// so that the header map's keys share these strings instead of the head's.
+var commonHeader = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+		"Connection", "Content-Length", "Content-Type", "Cookie", "Expect", "Host",
+		"Keep-Alive", "Origin", "Referer", "Traceparent", "Tracestate", "Transfer-Encoding",
+		"User-Agent", "X-Api-Key", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+		"X-Real-Ip", "X-Request-Id", "X-Stainless-Arch", "X-Stainless-Lang", "X-Stainless-Os",
+		"X-Stainless-Package-Version", "X-Stainless-Runtime", "X-Stainless-Runtime-Version",
+		"X-Stainless-Retry-Count", "X-Stainless-Timeout", "Openai-Organization", "Openai-Project",
+		"Access-Control-Request-Method", "Access-Control-Request-Headers",
+	} {
+		m[k] = k
+	}
+	return m
+}()

@@ -1,0 +1,542 @@
+package h1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server serves HTTP/1.0 and HTTP/1.1 to an http.Handler, for the
+// gateway's data plane. Our own: net/http's server costs the gateway more
+// CPU per short request than the whole proxy path of HAProxy (BENCHMARKS.md,
+// "The floor of each HTTP engine"): every request starts a background
+// read of the client connection, to notice the client leaving, and ends it
+// by moving the connection's read deadline; and it keeps a 4 KiB read and a
+// 4 KiB write buffer and that second goroutine for as long as an answer
+// streams. fasthttp, the engine made for this, does not serve an
+// http.Handler (the gateway's tenant, usage, CORS and fair-share handlers
+// are written against net/http). So this server runs one goroutine per
+// connection, the handler's, and:
+//
+//   - watches the client connection for the client leaving only for a
+//     request still waiting for its answer's head after WatchAfter (a
+//     non-streamed generation, or a request queued for a backend), and
+//     stops watching when the head goes out; a client that leaves a stream
+//     is noticed by the next write, which fails;
+//   - writes an answer the handler finishes without flushing in one write
+//     (head, Content-Length and body), and each flush of a stream as one
+//     chunk in one write, holding a write buffer only while it writes;
+//   - holds a read buffer only while it reads a request: a connection
+//     waiting for its answer's tokens holds none.
+//
+// What it leaves out, by design: HTTP/2 and TLS (serve those with
+// net/http), Hijack and protocol upgrades, request trailers (read and
+// dropped), and transfer codings other than chunked. It is stricter than
+// net/http where leniency lets requests be smuggled (see headReader.read).
+type Server struct {
+	// Handler serves the requests.
+	Handler http.Handler
+	// ReadHeaderTimeout bounds reading a request's head; 0 means none.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long; 0 means
+	// none.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's head; 0 means
+	// http.DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// WatchAfter is how long a request waits for its answer's head
+	// before the server watches its connection for the client leaving
+	// (which cancels the request's context); 0 means DefaultWatchAfter,
+	// below 0 never.
+	WatchAfter time.Duration
+	// ErrorLog logs handler panics; nil means log.Default().
+	ErrorLog *log.Logger
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*sconn]struct{}
+	shutdown  atomic.Bool
+}
+
+// DefaultWatchAfter is Server.WatchAfter's default: short answers never
+// pay for a watch; a client that leaves a long one is noticed within this.
+const DefaultWatchAfter = 250 * time.Millisecond
+
+// maxDrain is how much of a request body the handler left unread is read
+// and dropped to keep the connection (net/http's figure).
+const maxDrain = 256 << 10
+
+// Serve accepts connections on ln and serves each on a goroutine of its
+// own. It returns http.ErrServerClosed after Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	if !s.track(ln) {
+		return http.ErrServerClosed
+	}
+	defer s.untrack(ln)
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.shutdown.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay) // back off, as net/http does, when accept fails for want of descriptors
+				continue
+			}
+			return err
+		}
+		delay = 0
+		c := &sconn{s: s, nc: nc}
+		if !s.add(c) {
+			_ = nc.Close()
+			return http.ErrServerClosed
+		}
+		go c.serve()
+	}
+}
+
+func (s *Server) track(ln net.Listener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown.Load() {
+		return false
+	}
+	if s.listeners == nil {
+		s.listeners = map[net.Listener]struct{}{}
+	}
+	s.listeners[ln] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(ln net.Listener) {
+	s.mu.Lock()
+	delete(s.listeners, ln)
+	s.mu.Unlock()
+}
+
+func (s *Server) add(c *sconn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown.Load() {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[*sconn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) remove(c *sconn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *Server) closeListeners() {
+	for ln := range s.listeners {
+		_ = ln.Close()
+	}
+}
+
+// Shutdown stops accepting, closes idle connections, and waits for the
+// answers under way to end (each connection closes after its answer). If
+// ctx ends first it returns ctx's error; Close then ends what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdown.Store(true)
+	s.mu.Lock()
+	s.closeListeners()
+	s.mu.Unlock()
+	wait := time.Millisecond
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		if s.closeIdle() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			// Polled, as net/http does: a connection that ends its answer
+			// goes idle and is closed at the next round.
+			wait = min(2*wait, 100*time.Millisecond)
+			t.Reset(wait)
+		}
+	}
+}
+
+// closeIdle closes the idle connections; true if none is left serving.
+func (s *Server) closeIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	done := true
+	for c := range s.conns {
+		if c.state.CompareAndSwap(stateIdle, stateClosed) {
+			_ = c.nc.Close()
+		}
+		if c.state.Load() != stateClosed {
+			done = false
+		}
+	}
+	return done
+}
+
+// Close closes the listeners and every connection, and cancels the
+// requests under way.
+func (s *Server) Close() error {
+	s.shutdown.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeListeners()
+	for c := range s.conns {
+		c.state.Store(stateClosed)
+		_ = c.nc.Close()
+		c.cancelRequest()
+	}
+	return nil
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.ErrorLog != nil {
+		s.ErrorLog.Printf(format, args...)
+		return
+	}
+	log.Printf(format, args...)
+}
+
+// Connection states.
+const (
+	stateIdle   int32 = iota // between requests: Shutdown may close it
+	stateActive              // reading or answering a request
+	stateClosed              // closed by Shutdown or Close
+)
+
+// sconn is one client connection.
+type sconn struct {
+	s      *Server
+	nc     net.Conn
+	br     *bufio.Reader // nil while no request is read
+	hr     headReader
+	remote string
+	state  atomic.Int32
+
+	mu       sync.Mutex
+	cond     sync.Cond
+	cancel   context.CancelFunc // the request's, while one is served
+	watch    *time.Timer
+	armed    bool // the watch may start
+	watching bool // the watch is reading the connection
+	aborting bool // the watch is being stopped
+	curBody  atomic.Pointer[body]
+	linger   bool // closing with request bytes unread
+}
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
+
+func (c *sconn) serve() {
+	defer c.close()
+	c.remote = c.nc.RemoteAddr().String()
+	c.cond.L = &c.mu
+	s := c.s
+	max := s.MaxHeaderBytes
+	if max <= 0 {
+		max = http.DefaultMaxHeaderBytes
+	}
+	for {
+		if c.br == nil {
+			c.br = readerPool.Get().(*bufio.Reader)
+			c.br.Reset(c.nc)
+		}
+		deadline := false
+		if c.br.Buffered() == 0 && s.IdleTimeout > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(s.IdleTimeout))
+			deadline = true
+		}
+		if _, err := c.br.Peek(1); err != nil {
+			return
+		}
+		if !c.state.CompareAndSwap(stateIdle, stateActive) {
+			return // closed by Shutdown
+		}
+		if s.ReadHeaderTimeout > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
+			deadline = true
+		}
+		req, err := c.hr.read(c.br, max)
+		if err != nil {
+			c.refuse(err)
+			return
+		}
+		if deadline {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		if !c.serveOne(req) || s.shutdown.Load() {
+			return
+		}
+		c.state.Store(stateIdle)
+	}
+}
+
+func (c *sconn) close() {
+	c.disarm()
+	if c.watch != nil {
+		c.watch.Stop()
+	}
+	if c.linger {
+		c.lingerClose()
+	}
+	_ = c.nc.Close()
+	c.releaseReader()
+	c.s.remove(c)
+}
+
+func (c *sconn) releaseReader() {
+	if c.br != nil {
+		c.br.Reset(nil)
+		readerPool.Put(c.br)
+		c.br = nil
+	}
+}
+
+// serveOne serves req; false if the connection is to be closed.
+func (c *sconn) serveOne(tmpl http.Request) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	req := tmpl.WithContext(ctx)
+	req.RemoteAddr = c.remote
+	w := &response{c: c, req: req}
+	if req.ContentLength != 0 {
+		w.body = &body{c: c, w: w, remain: req.ContentLength,
+			expect: req.Header["Expect"] != nil && req.ProtoMinor == 1}
+		if req.ContentLength < 0 {
+			w.body.chunked = newChunkedReader(c.br)
+		}
+		req.Body = w.body
+		c.curBody.Store(w.body)
+	}
+	c.mu.Lock()
+	c.cancel = cancel
+	c.mu.Unlock()
+	c.arm()
+	ok := c.handle(w, req)
+	c.disarm()
+	if ok {
+		w.finish()
+	}
+	if w.head != nil {
+		putBuf(w.head)
+		w.head = nil
+	}
+	w.release()
+	c.mu.Lock()
+	c.cancel = nil
+	c.mu.Unlock()
+	c.curBody.Store(nil)
+	cancel()
+	if b := w.body; b != nil && !b.done.Load() && w.err == nil {
+		// A body the handler answered without reading, not drained: the
+		// client may still be sending it.
+		c.linger = true
+		return false
+	}
+	return ok && !w.closeAfter && w.err == nil && !req.Close
+}
+
+// handle runs the handler; false if it panicked.
+func (c *sconn) handle(w *response, req *http.Request) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok = false
+			if p != http.ErrAbortHandler {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.s.logf("h1: panic serving %s: %v\n%s", c.remote, p, buf)
+			}
+		}
+	}()
+	c.s.Handler.ServeHTTP(w, req)
+	return true
+}
+
+// beforeHead runs when the answer's head is about to go out: the watch
+// ends (a write notices a client that leaves from now on), the rest of a
+// body the handler did not read is dropped, and the read buffer is let go
+// if it holds nothing.
+func (c *sconn) beforeHead(w *response) {
+	c.disarm()
+	if b := w.body; b != nil && !b.done.Load() {
+		if b.expect && !b.continued {
+			// The client waits for 100 Continue before sending the body,
+			// and will not get it: it may or may not send the body now.
+			w.closeAfter = true
+		} else if n, _ := io.CopyN(io.Discard, rawBody{b}, maxDrain+1); n > maxDrain || !b.done.Load() {
+			w.closeAfter = true
+		}
+	}
+	if b := w.body; b != nil {
+		b.answered = true
+	}
+	if w.req.Close || c.s.shutdown.Load() {
+		w.closeAfter = true
+	}
+	if c.br != nil && c.br.Buffered() == 0 && (w.body == nil || w.body.done.Load()) {
+		c.releaseReader()
+	}
+}
+
+// lingerTime is how long a connection closed with request bytes unread
+// reads and drops them first (net/http waits as long).
+const lingerTime = 500 * time.Millisecond
+
+// lingerClose ends the connection's sending side and reads what the client
+// still sends, for up to lingerTime: closed at once, the kernel would reset
+// the connection, and a client still writing its body would lose the
+// answer (a 413 to a large upload) before reading it.
+func (c *sconn) lingerClose() {
+	tc, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || tc.CloseWrite() != nil {
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	if c.br != nil {
+		_, _ = c.br.Discard(c.br.Buffered())
+	}
+	buf := getBuf()
+	for {
+		if _, err := c.nc.Read(*buf); err != nil {
+			break
+		}
+	}
+	putBuf(buf)
+}
+
+// write sends b for w; a failure is w's error from then on.
+func (c *sconn) write(w *response, b []byte) {
+	if w.err != nil {
+		return
+	}
+	if _, err := c.nc.Write(b); err != nil {
+		w.err, w.closeAfter = err, true
+	}
+}
+
+func (c *sconn) writeBuffers(w *response, bufs *net.Buffers) {
+	if w.err != nil {
+		return
+	}
+	if _, err := bufs.WriteTo(c.nc); err != nil {
+		w.err, w.closeAfter = err, true
+	}
+}
+
+// refuse answers a request head that cannot be served, then the
+// connection is closed. A head that did not arrive whole is not answered.
+func (c *sconn) refuse(err error) {
+	var he *headError
+	if !errors.As(err, &he) {
+		return
+	}
+	text := strconv.Itoa(he.status) + " " + http.StatusText(he.status)
+	msg := text + ": " + he.msg
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = io.WriteString(c.nc, "HTTP/1.1 "+text+"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: "+
+		strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
+}
+
+func (c *sconn) cancelRequest() {
+	c.mu.Lock()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.mu.Unlock()
+}
+
+// arm starts the wait after which the connection is watched.
+func (c *sconn) arm() {
+	d := c.s.WatchAfter
+	if d < 0 {
+		return
+	}
+	if d == 0 {
+		d = DefaultWatchAfter
+	}
+	c.mu.Lock()
+	c.armed = true
+	if c.watch == nil {
+		c.watch = time.AfterFunc(d, c.watchClient)
+	} else {
+		c.watch.Reset(d)
+	}
+	c.mu.Unlock()
+}
+
+// disarm ends the watch, stopping a read under way.
+func (c *sconn) disarm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.armed {
+		return
+	}
+	c.armed = false
+	c.watch.Stop()
+	if c.watching {
+		c.aborting = true
+		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+		for c.watching {
+			c.cond.Wait()
+		}
+		c.aborting = false
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// watchClient, on the timer's goroutine, reads the connection until the
+// client sends something (the next request, pipelined), leaves (which
+// cancels the request), or disarm stops it. A request whose body is still
+// being read is looked at again later: its reads are the handler's.
+func (c *sconn) watchClient() {
+	c.mu.Lock()
+	if !c.armed || c.br == nil {
+		c.mu.Unlock()
+		return
+	}
+	// The response's body is read on the handler's goroutine; done is
+	// atomic.
+	if c.cancel == nil || !c.bodyDone() {
+		c.watch.Reset(DefaultWatchAfter)
+		c.mu.Unlock()
+		return
+	}
+	c.watching = true
+	br := c.br
+	c.mu.Unlock()
+	_, err := br.Peek(1)
+	c.mu.Lock()
+	c.watching = false
+	if err != nil && !c.aborting && c.cancel != nil {
+		c.cancel() // the client left, or its connection failed
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// bodyDone reports whether the request under way has no body left to
+// read. Called with c.mu held.
+func (c *sconn) bodyDone() bool {
+	b := c.curBody.Load()
+	return b == nil || b.done.Load()
+}
