@@ -21,7 +21,6 @@
 package h1
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -88,8 +87,6 @@ var errHeaderTimeout = errors.New("h1: timeout awaiting response headers")
 
 var wbufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-var brPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, rawSize) }}
-
 // RoundTrip sends req and returns the response, whose Body reads from the
 // connection in the caller's goroutine (see Body). req.Body, if any, must
 // yield exactly req.ContentLength bytes. The request's context ending
@@ -145,16 +142,10 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 	if err := c.readMore(); err != nil {
 		return nil, cl.headerErr(err)
 	}
-	br := brPool.Get().(*bufio.Reader)
-	br.Reset(connReader{c})
-	defer func() {
-		br.Reset(nil)
-		brPool.Put(br)
-	}()
 	var resp *http.Response
 	for {
 		var err error
-		resp, err = http.ReadResponse(br, req)
+		resp, err = readResponseHead(c, req)
 		if err != nil {
 			return nil, cl.headerErr(err)
 		}
@@ -165,22 +156,6 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 	}
 	if cl.headerTimeout > 0 {
 		_ = c.nc.SetReadDeadline(time.Time{})
-	}
-	// What bufio read past the headers goes back in front of c's buffer.
-	if n := br.Buffered(); n > 0 {
-		ahead, _ := br.Peek(n)
-		rest := c.buffered()
-		var nb *[]byte
-		if n+len(rest) <= rawSize {
-			nb = rawPool.Get().(*[]byte)
-		} else {
-			b := make([]byte, n+len(rest))
-			nb = &b
-		}
-		m := copy(*nb, ahead)
-		m += copy((*nb)[m:], rest)
-		c.release()
-		c.raw, c.r, c.w = nb, 0, m
 	}
 	b := &Body{c: c, cl: cl, resp: resp}
 	b.reuse = !resp.Close && !req.Close
@@ -215,21 +190,6 @@ func (cl *Client) headerErr(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-// connReader feeds bufio from c's buffer during the header parse.
-type connReader struct{ c *conn }
-
-func (r connReader) Read(p []byte) (int, error) {
-	c := r.c
-	if len(c.buffered()) == 0 {
-		if err := c.readMore(); err != nil {
-			return 0, err
-		}
-	}
-	n := copy(p, c.buffered())
-	c.consume(n)
-	return n, nil
 }
 
 // get returns a pooled connection to addr, or a new one.
