@@ -262,6 +262,9 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 				resp.Trailer[k] = nil
 			}
 		}
+		if len(resp.Trailer) == 0 {
+			resp.Trailer = nil
+		}
 	}
 	return resp, nil
 }
