@@ -39,10 +39,11 @@ const (
 )
 
 // maxGatewayKBPerStream is the regression guard on the gateway's resident
-// memory per open stream at N >= 1,000 in the long variant: 21.6-23.5 KB
-// measured with the h1 backend client and streams taken over from net/http
-// (the defaults), 30.6-34.7 KB with net/http's writer (serverStreams=nethttp),
-// 57-67 KB with the Transport.
+// memory per open stream at N >= 1,000 in the long variant: 18.8-19.3 KB
+// measured with the h1 server and client (the defaults); 21.6-23.5 KB with
+// net/http's server and streams taken over from it (serverEngine=nethttp),
+// 30.6-34.7 KB with net/http's writer (serverStreams=nethttp), 57-67 KB with
+// the Transport.
 const maxGatewayKBPerStream = 30.0
 
 // params is one variant's load.
