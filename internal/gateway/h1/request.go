@@ -155,21 +155,9 @@ func (hr *headReader) build(s string) (http.Request, error) {
 	for i, end := range hr.ends[1:] {
 		line := s[start:end]
 		start = end
-		colon := strings.IndexByte(line, ':')
-		key := line[:colon]
-		if c, ok := commonHeader[key]; ok {
-			key = c
-		}
-		v := strings.Trim(line[colon+1:], " \t")
-		if !httpguts.ValidHeaderFieldValue(v) {
+		if key, ok := addField(h, vals, i, line); !ok {
 			return none, badHead("invalid value of header " + key)
 		}
-		if old := h[key]; old != nil {
-			h[key] = append(old, v)
-			continue
-		}
-		vals[i] = v
-		h[key] = vals[i : i+1 : i+1]
 	}
 
 	req := http.Request{
@@ -230,6 +218,29 @@ func (hr *headReader) build(s string) (http.Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// addField adds a field line of a head ("Name: value", the name valid and
+// canonical) to h: the value is trimmed, and kept in vals[i] if it is the
+// name's first (a head's values share one backing array). It reports the
+// name, and false if the value is not valid.
+func addField(h http.Header, vals []string, i int, line string) (string, bool) {
+	colon := strings.IndexByte(line, ':')
+	key := line[:colon]
+	if c, ok := commonHeader[key]; ok {
+		key = c
+	}
+	v := strings.Trim(line[colon+1:], " \t")
+	if !httpguts.ValidHeaderFieldValue(v) {
+		return key, false
+	}
+	if old := h[key]; old != nil {
+		h[key] = append(old, v)
+		return key, true
+	}
+	vals[i] = v
+	h[key] = vals[i : i+1 : i+1]
+	return key, true
 }
 
 // parseLength parses a Content-Length: decimal digits only.

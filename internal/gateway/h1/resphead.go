@@ -161,21 +161,9 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 	for i, end := range ends[1:] {
 		line := lineAt(s, start, end)
 		start = end + 1
-		colon := strings.IndexByte(line, ':')
-		key := line[:colon]
-		if c, ok := commonHeader[key]; ok {
-			key = c
-		}
-		v := strings.Trim(line[colon+1:], " \t")
-		if !httpguts.ValidHeaderFieldValue(v) {
+		if key, ok := addField(h, vals, i, line); !ok {
 			return nil, badResp("invalid value of response header " + key)
 		}
-		if old := h[key]; old != nil {
-			h[key] = append(old, v)
-			continue
-		}
-		vals[i] = v
-		h[key] = vals[i : i+1 : i+1]
 	}
 	resp.Header = h
 	if p := h["Pragma"]; len(p) > 0 && p[0] == "no-cache" && h["Cache-Control"] == nil {
