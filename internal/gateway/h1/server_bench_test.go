@@ -63,4 +63,3 @@ func BenchmarkServerShortRequest(b *testing.B) {
 		run(b, s.Serve, func() { _ = s.Close() })
 	})
 }
-
