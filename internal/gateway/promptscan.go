@@ -310,22 +310,30 @@ func (s *jsonScan) object(member func(key []byte) bool) bool {
 		if !member(key) {
 			return false
 		}
-		s.ws()
-		if s.i == len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
+		if more, ok := s.next('}'); !more {
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma (more is true)
+// or the closing byte, which ends the object or array (ok is true).
+func (s *jsonScan) next(closing byte) (more, ok bool) {
+	s.ws()
+	if s.i == len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		s.ws()
+		return true, true
+	case closing:
+		s.i++
+		s.depth--
+		return false, true
+	}
+	return false, false
 }
 
 // array reads an array, calling elem with s at each element, which elem
@@ -348,20 +356,8 @@ func (s *jsonScan) array(elem func() bool) bool {
 		if !elem() {
 			return false
 		}
-		s.ws()
-		if s.i == len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
+		if more, ok := s.next(']'); !more {
+			return ok
 		}
 	}
 }

@@ -306,9 +306,10 @@ func readUntil(t *testing.T, br *bufio.Reader, end string) string {
 // TestServerNoticesAClientLeaving: a request still waiting for its answer
 // has its context cancelled when the client closes the connection.
 func TestServerNoticesAClientLeaving(t *testing.T) {
-	cancelled := make(chan error, 1)
+	cancelled, read := make(chan error, 1), make(chan struct{})
 	addr := serve(t, &Server{WatchAfter: 10 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body) // the watch starts once the body is read, as net/http's
+		close(read)
 		<-r.Context().Done()
 		cancelled <- r.Context().Err()
 	})})
@@ -317,7 +318,8 @@ func TestServerNoticesAClientLeaving(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
-	time.AfterFunc(50*time.Millisecond, func() { c.Close() })
+	<-read
+	c.Close()
 	select {
 	case err := <-cancelled:
 		if !errors.Is(err, context.Canceled) {
@@ -331,17 +333,31 @@ func TestServerNoticesAClientLeaving(t *testing.T) {
 // TestServerWatchStopsForTheAnswer: a watch under way ends when the answer
 // goes out, and the connection serves the next request.
 func TestServerWatchStopsForTheAnswer(t *testing.T) {
-	addr := serve(t, &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
+	s := &Server{WatchAfter: time.Millisecond}
+	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/1" && !waitFor(func() bool { return watching(s) == 1 }) {
+			t.Error("the watch did not start")
+		}
+		if r.Context().Err() != nil {
 			t.Error("cancelled although the client stayed")
-		case <-time.After(30 * time.Millisecond): // long enough for the watch to start
 		}
 		fmt.Fprint(w, r.URL.Path)
-	})})
-	got := rawExchange(t, addr, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-	if !strings.HasSuffix(got, "/2") || !strings.Contains(got, "\r\n\r\n/1HTTP/1.1 200") {
-		t.Fatalf("got %q", got)
+	})
+	c, err := net.Dial("tcp", serve(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	_, _ = io.WriteString(c, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if got := readUntil(t, br, "\r\n\r\n/1"); !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
+		t.Fatalf("first answer %q", got)
+	}
+	// The connection serves the next request.
+	_, _ = io.WriteString(c, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if got := readUntil(t, br, "\r\n\r\n/2"); !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
+		t.Fatalf("second answer %q", got)
 	}
 }
 
@@ -463,4 +479,29 @@ func TestServerAnswersALargeUploadEarly(t *testing.T) {
 			t.Fatalf("%d %q, close %v", resp.StatusCode, b, resp.Close)
 		}
 	}
+}
+
+// watching counts s's connections whose watch is reading.
+func watching(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.mu.Lock()
+		if c.watching {
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// waitFor polls cond until it holds (true) or 5 s pass (false).
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }

@@ -66,13 +66,7 @@ func (b *body) read(p []byte) (int, error) {
 				return n, io.EOF
 			}
 		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			b.err = err
-		}
-		return n, err
+		return n, b.fail(err)
 	}
 	if int64(len(p)) > b.remain {
 		p = p[:b.remain]
@@ -83,13 +77,17 @@ func (b *body) read(p []byte) (int, error) {
 		b.done.Store(true)
 		return n, io.EOF
 	}
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		b.err = err
+	return n, b.fail(err)
+}
+
+// fail keeps a read error for the reads after: the connection ending
+// before the body did is io.ErrUnexpectedEOF.
+func (b *body) fail(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
 	}
-	return n, err
+	b.err = err
+	return err
 }
 
 // sendContinue sends 100 Continue before the first read of a body whose
