@@ -27,19 +27,26 @@ func badHead(msg string) error { return &headError{http.StatusBadRequest, msg} }
 var errHeadTooLarge = &headError{http.StatusRequestHeaderFieldsTooLarge, "request header too large"}
 
 // headReader reads request heads. It keeps, between requests on one
-// connection, the scratch space a head is gathered in.
+// connection, the scratch space a head is gathered in and what a request
+// is made of besides its strings: the header map, the backing array of its
+// values and the URL, which each head overwrites (the Server's contract:
+// a handler keeps none of them once it returns).
 type headReader struct {
-	buf  []byte // the head's lines without their line ends
-	ends []int  // where each line ends in buf
+	buf    []byte // the head's lines without their line ends
+	ends   []int  // where each line ends in buf
+	header http.Header
+	vals   []string
+	url    url.URL
 }
 
 // maxEmptyLines is how many empty lines before a request line are skipped
 // (RFC 9112 section 2.2: a client may send a CRLF after a body).
 const maxEmptyLines = 4
 
-// read reads one request head from br: at most max bytes of request line
-// and header lines. The request it returns has no context and no body;
-// body tells how the body is framed (contentLength -1: chunked).
+// read reads one request head from br, at most max bytes of request line
+// and header lines, into req, whose fields other than its context must be
+// zero. The request has no body; ContentLength tells how the body is
+// framed (-1: chunked).
 //
 // It is stricter than net/http where a lenient reading is how requests are
 // smuggled (RFC 9112 section 11.2): a request with both Content-Length and
@@ -47,20 +54,20 @@ const maxEmptyLines = 4
 // Content-Lengths, a header line folded onto the next (obs-fold) or a
 // space before the colon are refused. Only HTTP/1.0 and HTTP/1.1 are
 // served.
-func (hr *headReader) read(br *bufio.Reader, max int) (http.Request, error) {
+func (hr *headReader) read(br *bufio.Reader, max int, req *http.Request) error {
 	hr.buf, hr.ends = hr.buf[:0], hr.ends[:0]
 	total := 0
 	skipped := 0
 	for {
 		line, err := readLine(br, hr.buf, max-total)
 		if err != nil {
-			return http.Request{}, err
+			return err
 		}
 		total += len(line) - len(hr.buf) + 2
 		if len(hr.ends) == 0 && len(line) == len(hr.buf) {
 			// An empty line before the request line.
 			if skipped++; skipped > maxEmptyLines {
-				return http.Request{}, badHead("empty request line")
+				return badHead("empty request line")
 			}
 			continue
 		}
@@ -78,18 +85,18 @@ func (hr *headReader) read(br *bufio.Reader, max int) (http.Request, error) {
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
 			if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
-				return http.Request{}, badHead("folded header line (obs-fold)")
+				return badHead("folded header line (obs-fold)")
 			}
-			return http.Request{}, badHead("malformed header line: no name and colon")
+			return badHead("malformed header line: no name and colon")
 		}
 		if !validFieldName(line[:colon]) {
-			return http.Request{}, badHead("invalid header name " + strconv.Quote(string(line[:colon])))
+			return badHead("invalid header name " + strconv.Quote(string(line[:colon])))
 		}
 		canonicalize(line[:colon])
 		start = end
 	}
 	s := string(hr.buf)
-	return hr.build(s)
+	return hr.build(s, req)
 }
 
 // readLine appends the next line of br, without its line end (CRLF or a
@@ -118,17 +125,16 @@ func readLine(br *bufio.Reader, dst []byte, max int) ([]byte, error) {
 	}
 }
 
-// build makes the request from the head s, whose lines end at hr.ends.
-func (hr *headReader) build(s string) (http.Request, error) {
-	var none http.Request
+// build fills req from the head s, whose lines end at hr.ends.
+func (hr *headReader) build(s string, req *http.Request) error {
 	line := s[:hr.ends[0]]
 	method, rest, ok1 := strings.Cut(line, " ")
 	uri, proto, ok2 := strings.Cut(rest, " ")
 	if !ok1 || !ok2 || method == "" || uri == "" {
-		return none, badHead("malformed request line " + strconv.Quote(line))
+		return badHead("malformed request line " + strconv.Quote(line))
 	}
 	if !validMethod(method) {
-		return none, badHead("invalid method " + strconv.Quote(method))
+		return badHead("invalid method " + strconv.Quote(method))
 	}
 	method = internMethod(method)
 	var minor int
@@ -139,39 +145,38 @@ func (hr *headReader) build(s string) (http.Request, error) {
 		proto, minor = "HTTP/1.0", 0
 	default:
 		if _, _, ok := http.ParseHTTPVersion(proto); ok {
-			return none, &headError{http.StatusHTTPVersionNotSupported, "unsupported protocol version " + strconv.Quote(proto)}
+			return &headError{http.StatusHTTPVersionNotSupported, "unsupported protocol version " + strconv.Quote(proto)}
 		}
-		return none, badHead("malformed protocol version " + strconv.Quote(proto))
+		return badHead("malformed protocol version " + strconv.Quote(proto))
 	}
-	u, err := url.ParseRequestURI(uri)
-	if err != nil {
-		return none, badHead("invalid request target " + strconv.Quote(uri))
+	u := &hr.url
+	if parseTarget(uri, u) != nil {
+		return badHead("invalid request target " + strconv.Quote(uri))
 	}
 
 	n := len(hr.ends) - 1
-	h := make(http.Header, n)
-	vals := make([]string, n)
+	h := recycle(hr.header, n)
+	hr.header = h
+	vals := hr.values(n)
 	start := hr.ends[0]
 	for i, end := range hr.ends[1:] {
 		line := s[start:end]
 		start = end
 		if key, ok := addField(h, vals, i, line); !ok {
-			return none, badHead("invalid value of header " + key)
+			return badHead("invalid value of header " + key)
 		}
 	}
 
-	req := http.Request{
-		Method: method, URL: u, Proto: proto, ProtoMajor: 1, ProtoMinor: minor,
-		Header: h, RequestURI: uri, Body: http.NoBody,
-	}
+	req.Method, req.URL, req.Proto, req.ProtoMajor, req.ProtoMinor = method, u, proto, 1, minor
+	req.Header, req.RequestURI, req.Body = h, uri, http.NoBody
 	hosts := h["Host"]
 	switch {
 	case len(hosts) > 1:
-		return none, badHead("more than one Host header")
+		return badHead("more than one Host header")
 	case len(hosts) == 0 && minor == 1:
-		return none, badHead("missing required Host header")
+		return badHead("missing required Host header")
 	case len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]):
-		return none, badHead("malformed Host header")
+		return badHead("malformed Host header")
 	}
 	req.Host = u.Host
 	if req.Host == "" && len(hosts) == 1 {
@@ -189,35 +194,106 @@ func (hr *headReader) build(s string) (http.Request, error) {
 	te, cl := h["Transfer-Encoding"], h["Content-Length"]
 	switch {
 	case te != nil && cl != nil:
-		return none, badHead("both Transfer-Encoding and Content-Length")
+		return badHead("both Transfer-Encoding and Content-Length")
 	case te != nil:
 		if minor == 0 {
-			return none, badHead("Transfer-Encoding in an HTTP/1.0 request")
+			return badHead("Transfer-Encoding in an HTTP/1.0 request")
 		}
 		if len(te) != 1 || !strings.EqualFold(te[0], "chunked") {
-			return none, &headError{http.StatusNotImplemented, "unsupported Transfer-Encoding " + strconv.Quote(strings.Join(te, ", "))}
+			return &headError{http.StatusNotImplemented, "unsupported Transfer-Encoding " + strconv.Quote(strings.Join(te, ", "))}
 		}
 		delete(h, "Transfer-Encoding")
-		req.TransferEncoding = []string{"chunked"}
+		req.TransferEncoding = chunkedCoding
 		req.ContentLength = -1
 	case cl != nil:
 		for _, v := range cl[1:] {
 			if v != cl[0] {
-				return none, badHead("differing Content-Length headers")
+				return badHead("differing Content-Length headers")
 			}
 		}
 		n, ok := parseLength(cl[0])
 		if !ok {
-			return none, badHead("invalid Content-Length " + strconv.Quote(cl[0]))
+			return badHead("invalid Content-Length " + strconv.Quote(cl[0]))
 		}
 		req.ContentLength = n
 	}
 	if ex := h["Expect"]; ex != nil {
 		if len(ex) != 1 || !strings.EqualFold(ex[0], "100-continue") {
-			return none, &headError{http.StatusExpectationFailed, "unsupported Expect " + strconv.Quote(strings.Join(ex, ", "))}
+			return &headError{http.StatusExpectationFailed, "unsupported Expect " + strconv.Quote(strings.Join(ex, ", "))}
 		}
 	}
-	return req, nil
+	return nil
+}
+
+// maxKeptFields bounds the header map kept for the next request: a map
+// that once held more names is dropped rather than cleared, so that one
+// large head does not make clearing every later one slower.
+const maxKeptFields = 64
+
+// recycle returns h emptied, for a head of n fields, or a new map if h is
+// nil or was grown by a large head.
+func recycle(h http.Header, n int) http.Header {
+	if h == nil || len(h) > maxKeptFields {
+		return make(http.Header, n)
+	}
+	clear(h)
+	return h
+}
+
+// values returns the backing array for the first values of a head's n
+// fields: the last head's, cleared (none of its strings stays reachable
+// through it), if it is large enough.
+func (hr *headReader) values(n int) []string {
+	if cap(hr.vals) < n {
+		hr.vals = make([]string, n)
+	}
+	clear(hr.vals[:cap(hr.vals)])
+	return hr.vals[:n]
+}
+
+// parseTarget parses a request target into u as url.ParseRequestURI
+// does. An origin-form target whose path needs neither unescaping nor
+// escaping (the usual one) is split without allocating; any other goes
+// through url.ParseRequestURI.
+func parseTarget(uri string, u *url.URL) error {
+	path, query, hasQuery := strings.Cut(uri, "?")
+	if len(path) > 0 && path[0] == '/' && plainPath(path) && !hasCTL(query) {
+		*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+		return nil
+	}
+	p, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return err
+	}
+	*u = *p
+	return nil
+}
+
+// plainPath reports whether every byte of path is one that url's path
+// escaping leaves as it is and that is not '%': then the path is its own
+// unescaped form and needs no RawPath.
+func plainPath(path string) bool {
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-_.~$&+,/:;=@", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hasCTL reports whether s holds an ASCII control character, which
+// url.ParseRequestURI refuses.
+func hasCTL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // addField adds a field line of a head ("Name: value", the name valid and

@@ -45,6 +45,10 @@ func TestParseLength(t *testing.T) {
 	}
 }
 
+// prevHead is the head FuzzReadHead reads before each input, with fields
+// and a target unlike the seeds'.
+const prevHead = "PUT /old/path?old=1 HTTP/1.1\r\nHost: old\r\nX-Old: 1\r\nX-Old: 2\r\nCookie: c\r\nContent-Length: 3\r\n\r\n"
+
 // FuzzReadHead checks the head reader against net/http's http.ReadRequest,
 // the reference: whatever head this server accepts, net/http accepts too,
 // and reads the same method, target, Host, length and fields. (This server
@@ -63,9 +67,14 @@ func FuzzReadHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The reader has read another head first, as on a kept-alive
+		// connection: nothing of it may show in the next.
 		var hr headReader
-		got, err := hr.read(bufio.NewReaderSize(bytes.NewReader(in), 64), 1<<16)
-		if err != nil {
+		var prev, got http.Request
+		if err := hr.read(bufio.NewReader(strings.NewReader(prevHead)), 1<<16, &prev); err != nil {
+			t.Fatal(err)
+		}
+		if err := hr.read(bufio.NewReaderSize(bytes.NewReader(in), 64), 1<<16, &got); err != nil {
 			return
 		}
 		// net/http does not skip empty lines before the request line.

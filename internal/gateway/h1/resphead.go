@@ -257,8 +257,8 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// chunkedCoding is Response.TransferEncoding of a chunked response, shared
-// by all of them (nothing changes it).
+// chunkedCoding is the TransferEncoding of a chunked response or request,
+// shared by all of them (nothing changes it).
 var chunkedCoding = []string{"chunked"}
 
 // lineAt returns s[start:end] without a CR before the LF at end.

@@ -68,6 +68,16 @@ func putBuf(b *[]byte) {
 	}
 }
 
+// reset makes w the writer of the connection's next request, keeping the
+// last one's header map, if any, emptied.
+func (w *response) reset(c *sconn, req *http.Request, b *body) {
+	h := w.header
+	if h != nil {
+		h = recycle(h, 8)
+	}
+	*w = response{c: c, req: req, body: b, header: h}
+}
+
 // Header implements http.ResponseWriter.
 func (w *response) Header() http.Header {
 	if w.header == nil {

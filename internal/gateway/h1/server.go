@@ -38,6 +38,18 @@ import (
 //   - holds a read buffer only while it reads a request: a connection
 //     waiting for its answer's tokens holds none.
 //
+// It reuses, for each request of a kept-alive connection, what the last
+// one was made of besides its strings: the *http.Request, its Header map
+// (and the array of its values), URL and Body, the ResponseWriter and its
+// Header map. So a handler must not keep r, r.Header, r.URL, r.Body,
+// r.Context() or w after it returns, nor leave anything that uses them
+// running (a goroutine, a context.AfterFunc, a context derived from
+// r.Context() that it does not cancel), as with fasthttp's RequestCtx:
+// copy what must outlive the request. The strings (the target, the header
+// values) are each request's own and may be kept. r.Context() is the
+// connection's: it is cancelled when the client leaves or the server
+// closes (either ends the connection), not when the handler returns.
+//
 // What it leaves out, by design: HTTP/2 and TLS (serve those with
 // net/http), Hijack and protocol upgrades, request trailers (read and
 // dropped), and transfer codings other than chunked. It is stricter than
@@ -98,7 +110,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		delay = 0
-		c := &sconn{s: s, nc: nc}
+		c := newSconn(s, nc)
 		if !s.add(c) {
 			_ = nc.Close()
 			return http.ErrServerClosed
@@ -204,7 +216,7 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.state.Store(stateClosed)
 		_ = c.nc.Close()
-		c.cancelRequest()
+		c.cancel()
 	}
 	return nil
 }
@@ -233,9 +245,19 @@ type sconn struct {
 	remote string
 	state  atomic.Int32
 
+	// What each request of the connection is served with, reused (see
+	// Server): ctx is its requests' context, cancelled (cancel) when the
+	// client leaves or the server closes; blank is a request with only ctx
+	// set, that each request starts as.
+	ctx    context.Context
+	cancel context.CancelFunc
+	blank  http.Request
+	req    http.Request
+	w      response
+	body   body
+
 	mu       sync.Mutex
 	cond     sync.Cond
-	cancel   context.CancelFunc // the request's, while one is served
 	watch    *time.Timer
 	armed    bool // the watch may start
 	watching bool // the watch is reading the connection
@@ -245,6 +267,13 @@ type sconn struct {
 }
 
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
+
+func newSconn(s *Server, nc net.Conn) *sconn {
+	c := &sconn{s: s, nc: nc}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.blank = *c.blank.WithContext(c.ctx)
+	return c
+}
 
 func (c *sconn) serve() {
 	defer c.close()
@@ -275,15 +304,15 @@ func (c *sconn) serve() {
 			_ = c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
 			deadline = true
 		}
-		req, err := c.hr.read(c.br, max)
-		if err != nil {
+		c.req = c.blank
+		if err := c.hr.read(c.br, max, &c.req); err != nil {
 			c.refuse(err)
 			return
 		}
 		if deadline {
 			_ = c.nc.SetReadDeadline(time.Time{})
 		}
-		if !c.serveOne(req) || s.shutdown.Load() {
+		if !c.serveOne() || s.shutdown.Load() {
 			return
 		}
 		c.state.Store(stateIdle)
@@ -291,6 +320,9 @@ func (c *sconn) serve() {
 }
 
 func (c *sconn) close() {
+	// Ends whatever a handler left running on the context, against the
+	// contract.
+	defer c.cancel()
 	c.disarm()
 	if c.watch != nil {
 		c.watch.Stop()
@@ -311,24 +343,19 @@ func (c *sconn) releaseReader() {
 	}
 }
 
-// serveOne serves req; false if the connection is to be closed.
-func (c *sconn) serveOne(tmpl http.Request) bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	req := tmpl.WithContext(ctx)
+// serveOne serves the request read into c.req; false if the connection
+// is to be closed.
+func (c *sconn) serveOne() bool {
+	req, w := &c.req, &c.w
 	req.RemoteAddr = c.remote
-	w := &response{c: c, req: req}
+	var b *body
 	if req.ContentLength != 0 {
-		w.body = &body{c: c, w: w, remain: req.ContentLength,
-			expect: req.Header["Expect"] != nil && req.ProtoMinor == 1}
-		if req.ContentLength < 0 {
-			w.body.chunked = newChunkedReader(c.br)
-		}
-		req.Body = w.body
-		c.curBody.Store(w.body)
+		b = &c.body
+		b.reset(c, w, req)
+		req.Body = b
 	}
-	c.mu.Lock()
-	c.cancel = cancel
-	c.mu.Unlock()
+	w.reset(c, req, b)
+	c.curBody.Store(b)
 	c.arm()
 	ok := c.handle(w, req)
 	c.disarm()
@@ -340,18 +367,15 @@ func (c *sconn) serveOne(tmpl http.Request) bool {
 		w.head = nil
 	}
 	w.release()
-	c.mu.Lock()
-	c.cancel = nil
-	c.mu.Unlock()
 	c.curBody.Store(nil)
-	cancel()
-	if b := w.body; b != nil && !b.done.Load() && w.err == nil {
+	if b != nil && !b.done.Load() && w.err == nil {
 		// A body the handler answered without reading, not drained: the
 		// client may still be sending it.
 		c.linger = true
 		return false
 	}
-	return ok && !w.closeAfter && w.err == nil && !req.Close
+	// A cancelled context cannot serve the next request: the client left.
+	return ok && !w.closeAfter && w.err == nil && !req.Close && c.ctx.Err() == nil
 }
 
 // handle runs the handler; false if it panicked.
@@ -455,14 +479,6 @@ func (c *sconn) refuse(err error) {
 		strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
 }
 
-func (c *sconn) cancelRequest() {
-	c.mu.Lock()
-	if c.cancel != nil {
-		c.cancel()
-	}
-	c.mu.Unlock()
-}
-
 // arm starts the wait after which the connection is watched.
 func (c *sconn) arm() {
 	d := c.s.WatchAfter
@@ -507,16 +523,19 @@ var aLongTimeAgo = time.Unix(1, 0)
 // watchClient, on the timer's goroutine, reads the connection until the
 // client sends something (the next request, pipelined), leaves (which
 // cancels the request), or disarm stops it. A request whose body is still
-// being read is looked at again later: its reads are the handler's.
+// being read is looked at again later: its reads are the handler's. A
+// call the timer started for the last request, that got the lock only once
+// the next one armed the timer again, may overlap the call for that one:
+// only one of them reads.
 func (c *sconn) watchClient() {
 	c.mu.Lock()
-	if !c.armed || c.br == nil {
+	if !c.armed || c.watching || c.br == nil {
 		c.mu.Unlock()
 		return
 	}
 	// The response's body is read on the handler's goroutine; done is
 	// atomic.
-	if c.cancel == nil || !c.bodyDone() {
+	if !c.bodyDone() {
 		c.watch.Reset(DefaultWatchAfter)
 		c.mu.Unlock()
 		return
@@ -527,7 +546,7 @@ func (c *sconn) watchClient() {
 	_, err := br.Peek(1)
 	c.mu.Lock()
 	c.watching = false
-	if err != nil && !c.aborting && c.cancel != nil {
+	if err != nil && !c.aborting {
 		c.cancel() // the client left, or its connection failed
 	}
 	c.cond.Broadcast()

@@ -25,6 +25,15 @@ type body struct {
 	err       error
 }
 
+// reset makes b the body of the connection's next request, req.
+func (b *body) reset(c *sconn, w *response, req *http.Request) {
+	*b = body{c: c, w: w, remain: req.ContentLength,
+		expect: req.Header["Expect"] != nil && req.ProtoMinor == 1}
+	if req.ContentLength < 0 {
+		b.chunked = newChunkedReader(c.br)
+	}
+}
+
 func newChunkedReader(br *bufio.Reader) io.Reader { return httputil.NewChunkedReader(br) }
 
 // Read implements io.Reader.
