@@ -63,10 +63,13 @@ func containsToken(values []string, token string) bool {
 // attempt and is never written after this.
 //
 // The map is new, but its values are the client's slices, not copies:
-// neither the client's request nor this map ever has a value slice written
-// in place (a header is replaced or deleted as a whole), and the backend
-// clients only read them. That saves http.Header.Clone's copy of every
-// value.
+// while the request is served neither the client's request nor this map
+// has a value slice written in place (a header is replaced or deleted as a
+// whole), and the backend clients only read them. That saves
+// http.Header.Clone's copy of every value. The h1 server writes the array
+// of those values again for the connection's next request once the
+// handler has returned: a client that may still read them then must have
+// copies (ownValues).
 //
 // Upgrades (WebSocket) are not proxied: without Connection and Upgrade the
 // backend answers the request as a plain one.
@@ -113,4 +116,24 @@ func outboundHeader(r *http.Request) http.Header {
 		h["User-Agent"] = emptyValue
 	}
 	return h
+}
+
+// ownValues replaces h's value slices with copies, in one array: for a
+// Transport, which may write the request after RoundTrip returned (net/http's
+// does when the answer comes first), while the h1 server already reads the
+// client connection's next request into the array the values share.
+func ownValues(h http.Header) {
+	n := 0
+	for _, vv := range h {
+		n += len(vv)
+	}
+	all := make([]string, 0, n)
+	for k, vv := range h {
+		if vv == nil {
+			continue // a nil X-Forwarded-For stays nil (outboundHeader)
+		}
+		start := len(all)
+		all = append(all, vv...)
+		h[k] = all[start:len(all):len(all)]
+	}
 }

@@ -16,7 +16,9 @@ import (
 // Policy chooses the backend for one attempt among the candidates, which
 // are all eligible (not draining, healthy, not ejected, not yet tried by this
 // request) and never empty. Pick must be safe for concurrent use and must
-// return one of cands.
+// return one of cands. It must not keep r, its Header, URL or context after
+// it returns: the gateway's server reuses them for the connection's next
+// request (h1.Server).
 type Policy interface {
 	Pick(cands []*Upstream, r *http.Request) *Upstream
 }

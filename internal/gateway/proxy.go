@@ -154,6 +154,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	e.tried = e.triedBuf[:0]
+	if g.h1 == nil {
+		ownValues(e.tmpl.Header)
+	}
 	if g.fair != nil {
 		// Only the fair share tells tenants apart; the lookup walks the
 		// request context's chain of values.
