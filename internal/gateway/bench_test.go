@@ -15,8 +15,9 @@ import (
 )
 
 // BenchmarkGatewayProxy measures one small non-streaming chat request
-// through the gateway, over loopback sockets, from parallel clients, side
-// by side with its peers: the same request through a plain
+// through the gateway, over loopback sockets, from parallel clients (with
+// net/http's server in front, and with the gateway's own), side by side
+// with its peers: the same request through a plain
 // httputil.ReverseProxy to the single backend (same transport settings), and
 // straight to the backend. Allocations include the client's and the
 // backend's, which are the same in every sub-benchmark, so differences are
@@ -64,6 +65,21 @@ func BenchmarkGatewayProxy(b *testing.B) {
 		g.SetBackends("p", []Backend{{ID: "b0", Pool: "p", Address: backend.Listener.Addr().String()}})
 		front := httptest.NewServer(g)
 		defer front.Close()
+		run(b, front.URL)
+	})
+	// The gateway behind its own server (Tuning.Server's "h1" engine), as
+	// the product runs it; "gateway" has net/http's in front.
+	b.Run("gateway-h1", func(b *testing.B) {
+		g, err := New(Options{Registry: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Close()
+		g.SetBackends("p", []Backend{{ID: "b0", Pool: "p", Address: backend.Listener.Addr().String()}})
+		gs := Tuning{}.server(g, "h1")
+		front := listen(b, gs)
+		defer front.wait(b)
+		defer gs.Close()
 		run(b, front.URL)
 	})
 	b.Run("reverseproxy", func(b *testing.B) {
