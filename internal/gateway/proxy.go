@@ -69,6 +69,7 @@ type exchange struct {
 	// stripUsage: the gateway asked the backend for the stream's usage,
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
+	sink       bodySink // the answer's body to the client, once committed
 	// activated: the activator held the request once. waitErr: how it
 	// ended the wait (429, 503), if it did (status 0 otherwise). kept: its
 	// keep-alives committed a 200 in keptKind's format.
@@ -611,75 +612,39 @@ func (e *exchange) commit(a *attempt) {
 		}
 	}
 	flushes := rc != nil || st != nil
-	// A stream from the h1 client is read without a buffer of ours: Next
-	// waits for the next bytes holding none and hands out its own.
-	src, _ := resp.Body.(*h1.Body)
-	var buf []byte
-	if src == nil || !flushes {
-		pool := &copyBufPool
-		if flushes {
-			pool = &streamBufPool
-		}
-		bufp := pool.Get().(*[]byte)
-		defer pool.Put(bufp)
-		buf = *bufp
-	}
-	// idle cancels the attempt when the backend falls silent; it runs only
-	// while a read waits, so a slow client is not taken for a silent backend.
-	var idle *time.Timer
+	e.sink = bodySink{out: out, strip: strip, st: st, rc: rc, flushes: flushes}
 	if g.streamIdle > 0 {
-		idle = time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
+		// idle cancels the attempt when the backend falls silent; it runs
+		// only while a read waits, so a slow client is not taken for a
+		// silent backend.
+		idle := time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
 		idle.Stop()
 		defer idle.Stop()
+		e.sink.idle, e.sink.idleFor = idle, g.streamIdle
 	}
-	for {
-		if idle != nil {
-			idle.Reset(g.streamIdle)
+	var rerr error
+	if src, ok := resp.Body.(*h1.Body); ok && flushes {
+		// A stream from the h1 client is read without a buffer of ours, one
+		// read(2) per arrival.
+		rerr = src.Each(&e.sink)
+	} else {
+		rerr = copyBody(resp.Body, flushes, &e.sink)
+	}
+	if rerr == nil && strip != nil && strip.flush(out) == nil && flushes {
+		_ = flushTo(st, rc)
+	}
+	if rerr != nil {
+		if _, ok := rerr.(clientGone); ok {
+			return // the client went away; not the backend's fault
 		}
-		var p []byte
-		var rerr error
-		if buf == nil {
-			p, rerr = src.Next()
-		} else {
-			var n int
-			n, rerr = resp.Body.Read(buf)
-			p = buf[:n]
+		if e.r.Context().Err() != nil {
+			return // the client went away, which cancelled the read
 		}
-		if idle != nil {
-			idle.Stop()
+		if st != nil && st.aborted.Load() {
+			return // Server.Close, which cancelled the read
 		}
-		if len(p) > 0 {
-			var werr error
-			if strip != nil {
-				werr = strip.write(out, p)
-			} else {
-				_, werr = out.Write(p)
-			}
-			if werr != nil {
-				return // the client went away; not the backend's fault
-			}
-			// Bytes that arrived with these go out in the same flush.
-			if flushes && (buf != nil || !src.Ready()) {
-				if flush(st, rc) != nil {
-					return
-				}
-			}
-		}
-		if rerr == io.EOF {
-			if strip != nil && strip.flush(out) == nil && flushes {
-				_ = flush(st, rc)
-			}
-			break
-		}
-		if rerr != nil {
-			if e.r.Context().Err() != nil {
-				return // the client went away, which cancelled the read
-			}
-			if st != nil && st.aborted.Load() {
-				return // Server.Close, which cancelled the read
-			}
-			e.midStreamFailure(a, rerr)
-		}
+		e.midStreamFailure(a, rerr)
+		return
 	}
 	if st != nil {
 		// The last chunk and the trailers go out when the handler chain
@@ -692,9 +657,80 @@ func (e *exchange) commit(a *attempt) {
 	}
 }
 
-// flush sends what was written to the client: st's gathered chunk, or
+// bodySink writes a committed answer's body to the client (h1.Sink).
+type bodySink struct {
+	out     io.Writer
+	strip   *usageStrip // an OpenAI stream's usage chunk, taken out
+	st      *directStream
+	rc      *http.ResponseController
+	flushes bool        // a stream: flushed as it comes
+	idle    *time.Timer // cancels the attempt when the backend falls silent
+	idleFor time.Duration
+}
+
+// Emit writes p to the client and, if flush is set, sends it with what was
+// written before.
+func (s *bodySink) Emit(p []byte, flush bool) error {
+	var err error
+	if s.strip != nil {
+		err = s.strip.write(s.out, p)
+	} else {
+		_, err = s.out.Write(p)
+	}
+	if err == nil && flush && s.flushes {
+		err = flushTo(s.st, s.rc)
+	}
+	if err != nil {
+		return clientGone{err}
+	}
+	return nil
+}
+
+// Waiting runs the idle timer while the backend is waited for.
+func (s *bodySink) Waiting(on bool) {
+	switch {
+	case s.idle == nil:
+	case on:
+		s.idle.Reset(s.idleFor)
+	default:
+		s.idle.Stop()
+	}
+}
+
+// clientGone is a failed write to the client (bodySink.Emit's error).
+type clientGone struct{ error }
+
+// copyBody hands s body's bytes read into a pooled buffer, each read
+// flushed when flushes (a stream).
+func copyBody(body io.Reader, flushes bool, s *bodySink) error {
+	pool := &copyBufPool
+	if flushes {
+		pool = &streamBufPool
+	}
+	bufp := pool.Get().(*[]byte)
+	defer pool.Put(bufp)
+	buf := *bufp
+	for {
+		s.Waiting(true)
+		n, err := body.Read(buf)
+		s.Waiting(false)
+		if n > 0 {
+			if werr := s.Emit(buf[:n], true); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// flushTo sends what was written to the client: st's gathered chunk, or
 // net/http's buffers.
-func flush(st *directStream, rc *http.ResponseController) error {
+func flushTo(st *directStream, rc *http.ResponseController) error {
 	if st != nil {
 		return st.out.Flush()
 	}

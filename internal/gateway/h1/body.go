@@ -58,13 +58,18 @@ func (b *Body) Ready() bool {
 	if b.err != nil || b.c == nil {
 		return false
 	}
-	rest := b.c.buffered()[b.out:]
+	return b.readyAfter(b.out)
+}
+
+// readyAfter reports whether body bytes are read beyond the next n.
+func (b *Body) readyAfter(n int) bool {
+	rest := b.c.buffered()[n:]
 	if len(rest) == 0 {
 		return false
 	}
 	switch b.kind {
 	case bodyLength:
-		return b.left > int64(b.out)
+		return b.left > int64(n)
 	case bodyUntilEOF:
 		return true
 	case bodyChunked:
@@ -75,9 +80,9 @@ func (b *Body) Ready() bool {
 		// run must not add to the real ones).
 		d := b.dec
 		d.trailer = nil
-		d.take(b.out)
-		_, n, err := d.frame(rest)
-		return err == nil && n > 0
+		d.take(n)
+		_, m, err := d.frame(rest)
+		return err == nil && m > 0
 	}
 	return false
 }
@@ -148,60 +153,203 @@ func (b *Body) peek() ([]byte, error) {
 		if b.err != nil {
 			return nil, b.err
 		}
-		c := b.c
-		buf := c.buffered()
-		switch b.kind {
-		case bodyNone:
+		p, end, err := b.avail()
+		switch {
+		case err != nil:
+			b.fail(err)
+			continue
+		case end:
 			b.finish()
 			continue
-		case bodyLength:
-			if len(buf) > 0 {
-				return buf[:min(int64(len(buf)), b.left)], nil
-			}
-		case bodyUntilEOF:
-			if len(buf) > 0 {
-				return buf, nil
-			}
-		case bodyChunked:
-			skip, n, err := b.dec.frame(buf)
-			c.consume(skip)
-			if err != nil {
-				b.fail(err)
-				continue
-			}
-			if n > 0 {
-				return c.buffered()[:n], nil
-			}
-			if b.dec.done() {
-				b.finish()
-				continue
-			}
+		case len(p) > 0:
+			return p, nil
 		}
-		if err := c.readMore(); err != nil {
-			if err == io.EOF && b.kind == bodyUntilEOF {
-				b.finish()
-				continue
-			}
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			b.fail(err)
+		if err := b.c.readMore(); err != nil {
+			b.readFailed(err)
 		}
 	}
 }
 
+// avail returns the body bytes read and not yet handed on (chunk framing
+// taken off), without reading; end reports the end of the body (finish is
+// due); err a framing error.
+func (b *Body) avail() (p []byte, end bool, err error) {
+	c := b.c
+	buf := c.buffered()
+	switch b.kind {
+	case bodyNone:
+		return nil, true, nil
+	case bodyLength:
+		return buf[:min(int64(len(buf)), b.left)], false, nil
+	case bodyUntilEOF:
+		return buf, false, nil
+	case bodyChunked:
+		skip, n, err := b.dec.frame(buf)
+		c.consume(skip)
+		if err != nil {
+			return nil, false, err
+		}
+		if n > 0 {
+			return c.buffered()[:n], false, nil
+		}
+		return nil, b.dec.done(), nil
+	}
+	return nil, false, nil
+}
+
+// readFailed ends the body on a failed read: io.EOF is its end when it
+// lasts until the backend closes, else a truncated body.
+func (b *Body) readFailed(err error) {
+	if err == io.EOF && b.kind == bodyUntilEOF {
+		b.finish()
+		return
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	b.fail(err)
+}
+
 // take hands on n bytes peek returned.
 func (b *Body) take(n int) {
+	if b.advance(n) {
+		b.finish()
+	}
+}
+
+// advance hands on n bytes avail returned; true at the end of a body with
+// a length (finish is due).
+func (b *Body) advance(n int) bool {
 	b.c.consume(n)
 	switch b.kind {
 	case bodyLength:
 		b.left -= int64(n)
-		if b.left == 0 {
-			b.finish()
-		}
+		return b.left == 0
 	case bodyChunked:
 		b.dec.take(n)
 	}
+	return false
+}
+
+// A Sink takes a body's bytes from Body.Each.
+type Sink interface {
+	// Emit takes p, valid only during the call. flush tells that no
+	// further body bytes are read already: a proxy sends what it gathered
+	// then, so that tokens that arrived together leave in one write.
+	Emit(p []byte, flush bool) error
+	// Waiting is told when Each starts (true) and stops waiting for the
+	// backend: a proxy times a silent backend only then.
+	Waiting(on bool)
+}
+
+// Each hands the body's bytes to s as they arrive, until the body ends
+// (nil) or fails (its error), or s.Emit fails (its error; the caller
+// closes the body).
+//
+// For a stream, Each costs one read(2) per arrival where Next costs two:
+// every RawConn.Read starts by forgetting whether the socket became
+// readable, so each of Next's waits begins with a read that finds nothing.
+// Each waits inside one RawConn.Read for the whole body and, after a read
+// that emptied the socket (fewer bytes than there was room for), waits for
+// the next readiness directly, as an edge-triggered event loop does: bytes
+// that arrive after that read raise a new edge, which the poller keeps
+// until the wait.
+func (b *Body) Each(s Sink) error {
+	b.settle()
+	if b.err == nil && b.c.rc == nil {
+		return b.eachNext(s)
+	}
+	if b.err != nil {
+		return b.result()
+	}
+	c := b.c
+	var ferr, rerr error
+	end := false
+	drained := false
+	err := c.rc.Read(func(fd uintptr) bool {
+		s.Waiting(false)
+		for {
+			for {
+				p, e, err := b.avail()
+				if err != nil || e {
+					rerr, end = err, e
+					return true
+				}
+				if len(p) == 0 {
+					break
+				}
+				ferr = s.Emit(p, !b.readyAfter(len(p)))
+				if b.advance(len(p)) {
+					end = true
+					return true
+				}
+				if ferr != nil {
+					return true
+				}
+			}
+			if drained {
+				drained = false
+				return c.wait(s)
+			}
+			room, err := c.room()
+			if err != nil {
+				rerr = err
+				return true
+			}
+			n, err := syscall.Read(int(fd), (*c.raw)[c.w:])
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return c.wait(s)
+			case err != nil:
+				rerr = wrapSyscall("read", err)
+				return true
+			case n == 0:
+				rerr = io.EOF
+				return true
+			}
+			c.w += n
+			c.got += n
+			drained = n < room
+		}
+	})
+	switch {
+	case end:
+		b.finish()
+	case rerr != nil:
+		b.readFailed(rerr)
+	case err != nil:
+		b.fail(err)
+	}
+	if ferr != nil {
+		return ferr
+	}
+	return b.result()
+}
+
+// eachNext is Each on a connection that is not a socket.
+func (b *Body) eachNext(s Sink) error {
+	for {
+		s.Waiting(true)
+		p, err := b.Next()
+		s.Waiting(false)
+		if err != nil {
+			return b.result()
+		}
+		if err := s.Emit(p, !b.Ready()); err != nil {
+			return err
+		}
+	}
+}
+
+// result is the body's outcome once it ended: nil at its end, else the
+// failure.
+func (b *Body) result() error {
+	if b.err == io.EOF {
+		return nil
+	}
+	return b.err
 }
 
 // finish ends the body: trailers into the response, the connection back

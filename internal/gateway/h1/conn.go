@@ -144,6 +144,33 @@ func (c *conn) readMore() error {
 	return err
 }
 
+// room makes room to read into: a buffer from the pool if the connection
+// holds none, the unread bytes moved to its front. It returns how many
+// bytes fit, or errLineTooLong when the buffer is full.
+func (c *conn) room() (int, error) {
+	if c.raw == nil {
+		c.raw = rawPool.Get().(*[]byte)
+	} else if c.r > 0 {
+		n := copy(*c.raw, (*c.raw)[c.r:c.w])
+		c.r, c.w = 0, n
+	}
+	if c.w == len(*c.raw) {
+		return 0, errLineTooLong
+	}
+	return len(*c.raw) - c.w, nil
+}
+
+// wait ends a turn of a function given to RawConn.Read that waits for the
+// socket to become readable: the buffer goes back to the pool if it holds
+// nothing, and s is told.
+func (c *conn) wait(s Sink) bool {
+	if c.r == c.w {
+		c.release()
+	}
+	s.Waiting(true)
+	return false
+}
+
 // read is the function given to RawConn.Read: one read(2), with a buffer
 // taken from the pool for it, given back if nothing came.
 func (c *conn) read(fd uintptr) bool {
