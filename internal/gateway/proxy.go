@@ -70,6 +70,7 @@ type exchange struct {
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
 	sink       bodySink // the answer's body to the client, once committed
+	announced  int      // trailers announced in the answer's head
 	// activated: the activator held the request once. waitErr: how it
 	// ended the wait (429, 503), if it did (status 0 otherwise). kept: its
 	// keep-alives committed a 200 in keptKind's format.
@@ -110,33 +111,62 @@ type attempt struct {
 // and retries on another one every attempt that fails before the response
 // is committed; see the package documentation.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Small on purpose: a stream waits for tokens below this frame (see
+	// commit); the request is read in begin's.
+	e := g.begin(w, r)
+	if e == nil {
+		return
+	}
+	// The answer is committed after serve returned, so that serve's frame
+	// is off the stack while a stream waits for tokens (see commit). It
+	// is kept in the exchange, which is on the heap anyway: commit's
+	// closures would move a local there on its own.
+	if e.serveAnswer() {
+		e.commit(&e.answer)
+	}
+}
+
+// serveAnswer is serve leaving the answer in e.answer: not inlined, so
+// that the attempt it copies takes no room in ServeHTTP's frame while a
+// stream waits.
+//
+//go:noinline
+func (e *exchange) serveAnswer() bool {
+	a, ok := e.serve()
+	e.answer = a
+	return ok
+}
+
+// begin reads the request and makes its exchange; nil if it was answered
+// already (a preflight, a refusal).
+func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	start := time.Now()
 	if g.cors != nil {
 		// Sets the Access-Control-* headers; answers a preflight 204.
 		g.cors.HandlerFunc(w, r)
 		if isPreflight(r) {
 			g.metrics.request(noBackend, noBackend, http.StatusNoContent, time.Since(start))
-			return
+			return nil
 		}
 	}
 	path, rawPath, ok := route(r.URL)
 	if !ok {
 		g.fail(w, r, start, errNoRoute)
-		return
+		return nil
 	}
 	if r.Method == http.MethodConnect {
 		g.fail(w, r, start, errMethod)
-		return
+		return nil
 	}
 	body, code := g.readBody(r)
 	switch code {
 	case 0:
 	case http.StatusRequestEntityTooLarge:
 		g.fail(w, r, start, bodyTooLarge(g.maxBody))
-		return
+		return nil
 	default:
 		g.fail(w, r, start, errBodyUnread)
-		return
+		return nil
 	}
 	stripUsage := false
 	if g.onUsage != nil && r.Method == http.MethodPost && usagePath(path) {
@@ -166,14 +196,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.table.Load().modelAware || g.splits.Load() != nil || g.loadedSeen.Load() {
 		e.model, e.hasModel = requestModel(body)
 	}
-	// The answer is committed after serve returned, so that serve's frame
-	// is off the stack while a stream waits for tokens (see commit). It
-	// is kept in the exchange, which is on the heap anyway: commit's
-	// closures would move a local there on its own.
-	if a, ok := e.serve(); ok {
-		e.answer = a
-		e.commit(&e.answer)
-	}
+	return e
 }
 
 // readBody buffers the request body, up to MaxBodyBytes. It returns a
@@ -572,33 +595,43 @@ const streamBufSize = 4 << 10
 // backend fails mid-body, the client connection is aborted so the client
 // does not take the truncated body for a complete one.
 func (e *exchange) commit(a *attempt) {
+	// Only what a waiting stream needs is in this frame: the head goes
+	// out (open) and the end is settled (end, settle) in functions of
+	// their own, so that their frames are gone while the stream waits for
+	// tokens. A waiting stream's stack then stays under the quarter of
+	// 8 KiB below which the garbage collector halves it.
+	defer e.settle(a)
+	if !e.open(a) {
+		return
+	}
+	var rerr error
+	if src, ok := a.resp.Body.(*h1.Body); ok && e.sink.flushes {
+		// A stream from the h1 client is read without a buffer of ours, one
+		// read(2) per arrival.
+		rerr = src.Each(&e.sink)
+	} else {
+		rerr = copyBody(a.resp.Body, e.sink.flushes, &e.sink)
+	}
+	e.end(a, rerr)
+}
+
+// open writes the answer's head and readies e.sink for its body; false if
+// the answer ended there (a kept stream's backend failed).
+func (e *exchange) open(a *attempt) bool {
 	g, u, resp := e.g, a.u, a.resp
 	var strip *usageStrip
 	if e.stripUsage && resp.StatusCode == http.StatusOK && hasPrefixFold(resp.Header.Get("Content-Type"), "text/event-stream") {
 		strip = &usageStrip{report: withUsageHook(e.r.Context(), g.onUsage), backend: u.id, reqBody: e.body}
 	}
-	defer func() {
-		_ = resp.Body.Close()
-		g.metrics.request(u.pool, u.id, resp.StatusCode, time.Since(e.start))
-		a.cancel(nil)
-		e.release(u) // after the metrics: see reapLocked
-	}()
-
 	stream := resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if e.kept && resp.StatusCode != http.StatusOK {
 		e.failKeptBackend(resp)
-		return
+		return false
 	}
-	// The headers are written by functions of their own, so that their
-	// frames are gone while the stream waits for tokens: the less of its
-	// stack a waiting stream uses, the more likely the garbage collector
-	// halves that stack (it does below a quarter used).
 	var st *directStream // the stream taken over from net/http (stream.go)
-	announced := 0
 	if !e.kept {
-		st, announced = e.writeHead(a, stream)
+		st, e.announced = e.writeHead(a, stream)
 	}
-
 	var out io.Writer = e.w
 	var rc *http.ResponseController
 	switch {
@@ -611,27 +644,24 @@ func (e *exchange) commit(a *attempt) {
 			rc = nil // a wrapping writer that cannot flush: copy unflushed
 		}
 	}
-	flushes := rc != nil || st != nil
-	e.sink = bodySink{out: out, strip: strip, st: st, rc: rc, flushes: flushes}
+	e.sink = bodySink{out: out, strip: strip, st: st, rc: rc, flushes: rc != nil || st != nil}
 	if g.streamIdle > 0 {
 		// idle cancels the attempt when the backend falls silent; it runs
 		// only while a read waits, so a slow client is not taken for a
 		// silent backend.
-		idle := time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
-		idle.Stop()
-		defer idle.Stop()
-		e.sink.idle, e.sink.idleFor = idle, g.streamIdle
+		e.sink.idle = time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
+		e.sink.idle.Stop()
+		e.sink.idleFor = g.streamIdle
 	}
-	var rerr error
-	if src, ok := resp.Body.(*h1.Body); ok && flushes {
-		// A stream from the h1 client is read without a buffer of ours, one
-		// read(2) per arrival.
-		rerr = src.Each(&e.sink)
-	} else {
-		rerr = copyBody(resp.Body, flushes, &e.sink)
-	}
-	if rerr == nil && strip != nil && strip.flush(out) == nil && flushes {
-		_ = flushTo(st, rc)
+	return true
+}
+
+// end finishes the answer once its body was copied (rerr: how that
+// ended): the usage chunk, a mid-stream failure, the trailers.
+func (e *exchange) end(a *attempt, rerr error) {
+	resp, s := a.resp, &e.sink
+	if rerr == nil && s.strip != nil && s.strip.flush(s.out) == nil && s.flushes {
+		_ = flushTo(s.st, s.rc)
 	}
 	if rerr != nil {
 		if _, ok := rerr.(clientGone); ok {
@@ -640,21 +670,33 @@ func (e *exchange) commit(a *attempt) {
 		if e.r.Context().Err() != nil {
 			return // the client went away, which cancelled the read
 		}
-		if st != nil && st.aborted.Load() {
+		if s.st != nil && s.st.aborted.Load() {
 			return // Server.Close, which cancelled the read
 		}
 		e.midStreamFailure(a, rerr)
 		return
 	}
-	if st != nil {
+	if s.st != nil {
 		// The last chunk and the trailers go out when the handler chain
 		// has returned (connSlot.finish).
-		st.done, st.trailer = true, resp.Trailer
+		s.st.done, s.st.trailer = true, resp.Trailer
 		return
 	}
 	if len(resp.Trailer) > 0 {
-		setTrailers(e.w.Header(), resp.Trailer, announced)
+		setTrailers(e.w.Header(), resp.Trailer, e.announced)
 	}
+}
+
+// settle closes the backend's answer and accounts for it, however commit
+// ended.
+func (e *exchange) settle(a *attempt) {
+	if e.sink.idle != nil {
+		e.sink.idle.Stop()
+	}
+	_ = a.resp.Body.Close()
+	e.g.metrics.request(a.u.pool, a.u.id, a.resp.StatusCode, time.Since(e.start))
+	a.cancel(nil)
+	e.release(a.u) // after the metrics: see reapLocked
 }
 
 // bodySink writes a committed answer's body to the client (h1.Sink).
