@@ -117,9 +117,8 @@ func TestMetricsGoStaleOnTheClock(t *testing.T) {
 	defer src.Close()
 	h := newHarness(t, Options{Clock: fc, Metrics: src, MetricsInterval: time.Second, MetricsMaxAge: 3 * time.Second})
 	h.g.SetBackends("p", []Backend{{ID: "a", Pool: "p", Address: a.Listener.Addr().String()}})
-	if s := h.g.SignalStatus()["p"]; s.Source != SignalGateway || s.Backends != 1 {
-		t.Fatalf("before any read: %+v", s)
-	}
+	// No check of the status before the first read: a new backend is read
+	// at once, so that status depends on the scheduler.
 	step := func() {
 		poll(t, 5*time.Second, "the metrics loop's timer", fc.HasWaiters)
 		fc.Step(time.Second)
