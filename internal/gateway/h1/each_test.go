@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -47,6 +48,24 @@ func scriptedBackend(t *testing.T, sends <-chan string) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// scriptedStream asks a scripted backend (scriptedBackend) for an answer
+// whose first write is first, through a client of its own, under ctx. The
+// backend's further writes go on sends.
+func scriptedStream(t *testing.T, ctx context.Context, first string) (*http.Response, chan<- string, *Client) {
+	t.Helper()
+	sends := make(chan string, 1)
+	addr := scriptedBackend(t, sends)
+	cl := New(Options{})
+	t.Cleanup(func() { cl.Close() })
+	sends <- first
+	resp, err := cl.RoundTrip(newReq(t, ctx, "GET", "http://"+addr+"/", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp, sends, cl
 }
 
 // emitted is one Sink.Emit call.
@@ -117,16 +136,7 @@ func TestEach(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sends := make(chan string, 1)
-			addr := scriptedBackend(t, sends)
-			cl := New(Options{})
-			defer cl.Close()
-			sends <- tc.steps[0].send
-			resp, err := cl.RoundTrip(newReq(t, context.Background(), "GET", "http://"+addr+"/", ""))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
+			resp, sends, _ := scriptedStream(t, context.Background(), tc.steps[0].send)
 			s := &chanSink{got: make(chan emitted, 16)}
 			done := make(chan error, 1)
 			go func() { done <- resp.Body.(*Body).Each(s) }()
@@ -144,7 +154,7 @@ func TestEach(t *testing.T) {
 					}
 				}
 			}
-			err = <-done
+			err := <-done
 			switch {
 			case tc.want == nil && err != nil:
 				t.Fatalf("Each: %v, want the end of the body", err)
@@ -168,15 +178,7 @@ func TestEach(t *testing.T) {
 // TestEachStopsOnASinkFailure: Emit's error ends Each with that error,
 // and the connection is not reused.
 func TestEachStopsOnASinkFailure(t *testing.T) {
-	sends := make(chan string, 1)
-	addr := scriptedBackend(t, sends)
-	cl := New(Options{})
-	defer cl.Close()
-	sends <- "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n"
-	resp, err := cl.RoundTrip(newReq(t, context.Background(), "GET", "http://"+addr+"/", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, _, cl := scriptedStream(t, context.Background(), "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
 	gone := errors.New("client gone")
 	s := &chanSink{got: make(chan emitted, 1), err: gone}
 	if err := resp.Body.(*Body).Each(s); err != gone {
@@ -191,17 +193,8 @@ func TestEachStopsOnASinkFailure(t *testing.T) {
 // TestEachCancelled: cancelling the request ends an Each that waits for
 // the backend.
 func TestEachCancelled(t *testing.T) {
-	sends := make(chan string, 1)
-	addr := scriptedBackend(t, sends)
-	cl := New(Options{})
-	defer cl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	sends <- "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n"
-	resp, err := cl.RoundTrip(newReq(t, ctx, "GET", "http://"+addr+"/", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, _, _ := scriptedStream(t, ctx, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
 	s := &chanSink{got: make(chan emitted, 1)}
 	done := make(chan error, 1)
 	go func() { done <- resp.Body.(*Body).Each(s) }()
@@ -242,16 +235,7 @@ func TestEachOneReadPerArrival(t *testing.T) {
 		t.Skip("counts read(2) calls with /proc/self/io")
 	}
 	const tokens = 200
-	sends := make(chan string, 1)
-	addr := scriptedBackend(t, sends)
-	cl := New(Options{})
-	defer cl.Close()
-	sends <- "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-	resp, err := cl.RoundTrip(newReq(t, context.Background(), "GET", "http://"+addr+"/", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, sends, _ := scriptedStream(t, context.Background(), "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 	s := &chanSink{got: make(chan emitted, 1)}
 	done := make(chan error, 1)
 	before := readSyscalls(t)
