@@ -610,7 +610,7 @@ func (e *exchange) commit(a *attempt) {
 		// read(2) per arrival.
 		rerr = src.Each(&e.sink)
 	} else {
-		rerr = copyBody(a.resp.Body, e.sink.flushes, &e.sink)
+		rerr = copyBody(a.resp.Body, &e.sink)
 	}
 	e.end(a, rerr)
 }
@@ -743,10 +743,10 @@ func (s *bodySink) Waiting(on bool) {
 type clientGone struct{ error }
 
 // copyBody hands s body's bytes read into a pooled buffer, each read
-// flushed when flushes (a stream).
-func copyBody(body io.Reader, flushes bool, s *bodySink) error {
+// flushed when s.flushes (a stream).
+func copyBody(body io.Reader, s *bodySink) error {
 	pool := &copyBufPool
-	if flushes {
+	if s.flushes {
 		pool = &streamBufPool
 	}
 	bufp := pool.Get().(*[]byte)
