@@ -996,6 +996,35 @@ func TestCustomPolicy(t *testing.T) {
 	}
 }
 
+// panicOncePolicy panics at its first pick and picks the last candidate
+// after that.
+type panicOncePolicy struct{ done *atomic.Bool }
+
+func (p panicOncePolicy) Pick(cands []*Upstream, _ *http.Request) *Upstream {
+	if !p.done.Swap(true) {
+		panic("policy bug")
+	}
+	return cands[len(cands)-1]
+}
+
+// TestAPanicWhileServingStaysInItsRequest: serve runs on a goroutine of its
+// own (serveApart), where an unrecovered panic would end the process; it is
+// raised again on the handler's goroutine, so the server's recovery closes
+// that one connection and the gateway goes on serving.
+func TestAPanicWhileServingStaysInItsRequest(t *testing.T) {
+	a := newBackend(t, "a", echoHandler("a"))
+	h := newHarness(t, Options{CustomPolicy: panicOncePolicy{done: new(atomic.Bool)}})
+	h.g.SetBackends("p", []Backend{a.backend("p")})
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/api/generate", strings.NewReader(`{}`))
+	if resp, err := h.client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the request whose pick panicked got %s, want its connection closed", resp.Status)
+	}
+	if _, be := h.post(t); be != "a" {
+		t.Fatalf("after the panic: answered by %q, want a", be)
+	}
+}
+
 func TestTrailersForwarded(t *testing.T) {
 	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "X-Checksum")

@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -86,8 +87,12 @@ type exchange struct {
 	// the tenant middleware, or without the fair share, which alone
 	// reads it).
 	tenant Tenant
-	// answer is the attempt whose response is committed.
-	answer attempt
+	// answer is the attempt whose response is committed, if answerOK;
+	// served, panicked: serveApart's handing over from serve's goroutine.
+	answer   attempt
+	answerOK bool
+	served   sync.WaitGroup
+	panicked *servePanic
 
 	// headerWait lists the current attempt among its backend's (waitList).
 	headerWait headerWait
@@ -117,25 +122,62 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		return
 	}
-	// The answer is committed after serve returned, so that serve's frame
-	// is off the stack while a stream waits for tokens (see commit). It
-	// is kept in the exchange, which is on the heap anyway: commit's
-	// closures would move a local there on its own.
-	if e.serveAnswer() {
+	// The answer is committed after serve returned, on a goroutine of its
+	// own, so that serve's frames never grow this goroutine's stack, under
+	// which a stream waits for tokens (see commit).
+	if e.serveApart() {
 		e.commit(&e.answer)
 	}
 }
 
-// serveAnswer is serve leaving the answer in e.answer: not inlined, so
-// that the attempt it copies takes no room in ServeHTTP's frame while a
-// stream waits.
+// serveApart runs serve on a goroutine of its own and waits for it,
+// leaving the answer in e.answer.
 //
-//go:noinline
-func (e *exchange) serveAnswer() bool {
-	a, ok := e.serve()
-	e.answer = a
-	return ok
+// Why: a goroutine's stack grows to hold its deepest call and shrinks
+// only when a garbage collection finds it three quarters unused. Serving
+// an attempt goes deep (the pick, the backend's dial, the parse of its
+// head), which took the handler's stack to 8 KiB; a stream then kept
+// those 8 KiB for its whole life unless a collection ran, and a stream
+// that allocates nothing per token seldom causes one. Served apart, the
+// deep frames live on a short-lived goroutine whose stack goes back to
+// the runtime's pool when it exits, and the waiting stream keeps 2-4 KiB
+// (TestWaitingStreamsHaveSmallStacks). The cost is one goroutine start
+// and one wake-up per request (BenchmarkGatewayProxy, BENCHMARKS.md).
+//
+// A panic in serve is carried back and raised again here, where the
+// server's recovery (or http.ErrAbortHandler's meaning) applies.
+func (e *exchange) serveApart() bool {
+	e.served.Add(1)
+	go e.serveOn()
+	e.served.Wait()
+	if p := e.panicked; p != nil {
+		if p.value == http.ErrAbortHandler {
+			panic(http.ErrAbortHandler)
+		}
+		panic(p)
+	}
+	return e.answerOK
 }
+
+// serveOn is serveApart's goroutine.
+func (e *exchange) serveOn() {
+	defer e.served.Done()
+	defer func() {
+		if v := recover(); v != nil {
+			e.panicked = &servePanic{value: v, stack: debug.Stack()}
+		}
+	}()
+	e.answer, e.answerOK = e.serve()
+}
+
+// servePanic is a panic in serve raised again on the handler's goroutine,
+// with the stack where it happened.
+type servePanic struct {
+	value any
+	stack []byte
+}
+
+func (p *servePanic) String() string { return fmt.Sprintf("%v\n\n%s", p.value, p.stack) }
 
 // begin reads the request and makes its exchange; nil if it was answered
 // already (a preflight, a refusal).
