@@ -76,7 +76,7 @@ func TestEveryFamilySteersP2C(t *testing.T) {
 			idle := familyBackend(t, "idle", render(0))
 			src := loadmetrics.NewScrape(loadmetrics.ScrapeOptions{})
 			defer src.Close()
-			h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+			h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond, MetricsMaxAge: loadedMachineMaxAge})
 			h.g.SetBackends("p", []Backend{busy.backend("p"), idle.backend("p")})
 			poll(t, 10*time.Second, "fresh metrics showing busy's queue", func() bool {
 				s := h.g.SignalStatus()["p"]
@@ -279,7 +279,7 @@ func TestPoolMetricsFamilySteersP2C(t *testing.T) {
 	}
 	src := loadmetrics.NewScrape(loadmetrics.ScrapeOptions{})
 	defer src.Close()
-	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond, MetricsMaxAge: loadedMachineMaxAge})
 	with := func(b Backend) Backend { b.MetricsFamily = fam; return b }
 	h.g.SetBackends("p", []Backend{with(busy.backend("p")), with(idle.backend("p"))})
 	poll(t, 10*time.Second, "fresh custom metrics showing busy's queue", func() bool {
@@ -330,7 +330,7 @@ func TestOllamaLoadedModelSteersRouting(t *testing.T) {
 	cold := ollama("cold", "llama3.2:latest")
 	src := loadmetrics.NewOllama(loadmetrics.NewScrape(loadmetrics.ScrapeOptions{}), loadmetrics.OllamaOptions{})
 	defer src.Close()
-	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond})
+	h := newHarness(t, Options{Metrics: src, MetricsInterval: 20 * time.Millisecond, MetricsMaxAge: loadedMachineMaxAge})
 	h.g.SetBackends("p", []Backend{warm.backend("p"), cold.backend("p")})
 	poll(t, 10*time.Second, "both backends' loaded models", func() bool {
 		return len(status(t, h.g, "warm").Signals.Loaded) == 1 && len(status(t, h.g, "cold").Signals.Loaded) == 1
