@@ -95,3 +95,19 @@ func TestConfigs(t *testing.T) {
 		}
 	}
 }
+
+func TestMeanOf(t *testing.T) {
+	mem := func(r Summary) float64 { return r.MemPerStreamKB }
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{14.5}, 14.5}, {[]float64{14.5, 15.5}, 15}} {
+		var rs []Summary
+		for _, v := range tc.in {
+			rs = append(rs, Summary{MemPerStreamKB: v})
+		}
+		if got := meanOf(rs, mem); got != tc.want {
+			t.Errorf("meanOf(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

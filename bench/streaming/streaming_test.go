@@ -39,13 +39,19 @@ const (
 )
 
 // maxGatewayKBPerStream is the regression guard on the gateway's resident
-// memory per open stream at N >= 1,000 in the long variant: 18.8-19.3 KB
-// measured with the h1 server and client (the defaults); 21.6-23.5 KB with
+// memory per open stream at N >= 1,000 in the long variant, whatever peer
+// ran beside it: 14.5-14.8 KB measured at 3,000 streams with the attempts
+// served apart (session 10; 15.5-18.3 KB before), 21.6-23.5 KB with
 // net/http's server and streams taken over from it (serverEngine=nethttp),
-// 30.6-34.7 KB with net/http's writer (serverStreams=nethttp), 57-67 KB with
-// the Transport. The guard leaves room for a loaded machine above the
-// default's 19.3 KB.
+// 30.6-34.7 KB with net/http's writer (serverStreams=nethttp), 57-67 KB
+// with the Transport. At 3,000 streams the gateway is also held to the
+// issue's goal, no more than nginx's figure in the same run
+// (nginxMemoryGoalN).
 const maxGatewayKBPerStream = 25.0
+
+// nginxMemoryGoalN is the stream count at which the gateway's memory per
+// open stream, averaged over the repetitions, must not exceed nginx's.
+const nginxMemoryGoalN = 3000
 
 // params is one variant's load.
 type params struct {
@@ -270,6 +276,13 @@ func TestStreaming(t *testing.T) {
 					t.Errorf("gateway N=%d: %.1f KB per open stream, above the guard of %.0f KB", n, r.MemPerStreamKB, maxGatewayKBPerStream)
 				}
 			}
+			gw, ngx := results[fmt.Sprintf("gateway/%d", n)], results[fmt.Sprintf("nginx/%d", n)]
+			if n >= nginxMemoryGoalN && len(gw) > 0 && len(ngx) > 0 {
+				mem := func(r Summary) float64 { return r.MemPerStreamKB }
+				if g, x := meanOf(gw, mem), meanOf(ngx, mem); g > x {
+					t.Errorf("gateway N=%d: %.1f KB per open stream on average, nginx %.1f KB: the goal is no more than nginx's", n, g, x)
+				}
+			}
 		}
 	}
 
@@ -436,3 +449,15 @@ func idleCPU(pid int, d time.Duration) float64 {
 }
 
 func ticksMs(t int64) float64 { return float64(t) * 1000 / peer.ClkTck }
+
+// meanOf is the mean of f over rs (0 for none).
+func meanOf(rs []Summary, f func(Summary) float64) float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, r := range rs {
+		sum += f(r)
+	}
+	return sum / float64(len(rs))
+}
