@@ -221,6 +221,7 @@ type Options struct {
 // one backend, retrying failed attempts on others. Its methods are safe for
 // concurrent use.
 type Gateway struct {
+	workers       serveWorkers // serveApart's goroutines
 	policy        Policy
 	prefix        *PrefixAware // g.policy, if it is one: it gets the prompt
 	transport     http.RoundTripper
@@ -302,6 +303,7 @@ func New(opts Options) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{
+		workers:         serveWorkers{max: 256},
 		policy:          policy,
 		transport:       opts.Transport,
 		clock:           opts.Clock,
@@ -587,6 +589,7 @@ func (g *Gateway) Close() {
 		if g.h1 != nil {
 			g.h1.Close()
 		}
+		g.workers.close()
 	})
 }
 

@@ -130,8 +130,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveApart runs serve on a goroutine of its own and waits for it,
-// leaving the answer in e.answer.
+// serveApart runs serve on another goroutine (a kept one: serveWorkers)
+// and waits for it, leaving the answer in e.answer.
 //
 // Why: a goroutine's stack grows to hold its deepest call and shrinks
 // only when a garbage collection finds it three quarters unused. Serving
@@ -139,16 +139,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // head), which took the handler's stack to 8 KiB; a stream then kept
 // those 8 KiB for its whole life unless a collection ran, and a stream
 // that allocates nothing per token seldom causes one. Served apart, the
-// deep frames live on a short-lived goroutine whose stack goes back to
-// the runtime's pool when it exits, and the waiting stream keeps 2-4 KiB
-// (TestWaitingStreamsHaveSmallStacks). The cost is one goroutine start
-// and one wake-up per request (BenchmarkGatewayProxy, BENCHMARKS.md).
+// deep frames live on a worker's stack, and a waiting stream keeps 2-4
+// KiB (TestWaitingStreamsHaveSmallStacks). The cost is two hand-overs
+// between goroutines per request (BENCHMARKS.md, issue 19 seventh
+// increment).
 //
 // A panic in serve is carried back and raised again here, where the
 // server's recovery (or http.ErrAbortHandler's meaning) applies.
 func (e *exchange) serveApart() bool {
 	e.served.Add(1)
-	go e.serveOn()
+	e.g.workers.run(e)
 	e.served.Wait()
 	if p := e.panicked; p != nil {
 		if p.value == http.ErrAbortHandler {
