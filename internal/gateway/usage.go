@@ -205,7 +205,7 @@ type usageChunk struct {
 // with a non-null usage and no choices) and if so keeps its counts. Token
 // chunks, whose usage is null, are told apart without decoding them.
 func (s *usageStrip) usage(ev []byte) bool {
-	if !bytes.Contains(ev, []byte(`"usage":{`)) && !bytes.Contains(ev, []byte(`"usage": {`)) {
+	if !hasUsageObject(ev) {
 		return false
 	}
 	line := bytes.TrimRight(ev, "\r\n")
@@ -226,6 +226,23 @@ func (s *usageStrip) usage(ev []byte) bool {
 		s.report(s.backend, s.model, s.prompt, s.compl)
 	}
 	return true
+}
+
+// hasUsageObject reports whether ev has a "usage" key whose value is an
+// object (spaces allowed before it): the usage chunk has one, token chunks
+// have "usage":null or none. One scan of ev per token chunk.
+func hasUsageObject(ev []byte) bool {
+	key := []byte(`"usage":`)
+	for {
+		i := bytes.Index(ev, key)
+		if i < 0 {
+			return false
+		}
+		ev = ev[i+len(key):]
+		if v := bytes.TrimLeft(ev, " "); len(v) > 0 && v[0] == '{' {
+			return true
+		}
+	}
 }
 
 type usageHookKey struct{}

@@ -392,3 +392,26 @@ func BenchmarkUsageStripToken(b *testing.B) {
 		}
 	}
 }
+
+func TestHasUsageObject(t *testing.T) {
+	for _, tc := range []struct {
+		ev   string
+		want bool
+	}{
+		{usageEvent, true},
+		{tokenEvent, false},
+		{doneEvent, false},
+		{`data: {"usage": {"prompt_tokens":1}}`, true},
+		{`data: {"usage":   {}}`, true},
+		{`data: {"usage":null,"x":{"usage":{}}}`, true}, // the second one counts
+		{`data: {"usage":null}`, false},
+		{`data: {"usage":`, false},
+		{`data: {"usage" :{}}`, false}, // as before: no space before the colon
+		{`"usage":{`, true},
+		{``, false},
+	} {
+		if got := hasUsageObject([]byte(tc.ev)); got != tc.want {
+			t.Errorf("hasUsageObject(%q) = %v, want %v", tc.ev, got, tc.want)
+		}
+	}
+}
