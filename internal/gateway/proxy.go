@@ -663,7 +663,11 @@ func (e *exchange) open(a *attempt) bool {
 	g, u, resp := e.g, a.u, a.resp
 	var strip *usageStrip
 	if e.stripUsage && resp.StatusCode == http.StatusOK && hasPrefixFold(resp.Header.Get("Content-Type"), "text/event-stream") {
-		strip = &usageStrip{report: withUsageHook(e.r.Context(), g.onUsage), backend: u.id, reqBody: e.body}
+		model := e.model
+		if !e.hasModel {
+			model, _ = requestModel(e.body)
+		}
+		strip = &usageStrip{report: withUsageHook(e.r.Context(), g.onUsage), backend: u.id, reqModel: model}
 	}
 	stream := resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if e.kept && resp.StatusCode != http.StatusOK {
@@ -695,7 +699,19 @@ func (e *exchange) open(a *attempt) bool {
 		e.sink.idle.Stop()
 		e.sink.idleFor = g.streamIdle
 	}
+	e.forgetRequest(a)
 	return true
+}
+
+// forgetRequest lets go of what only the attempts needed, once the answer
+// is committed: the request's body (a prompt can be many kilobytes), the
+// outbound request with its headers, the prompt's block hashes. A stream
+// would otherwise hold them for its whole life.
+func (e *exchange) forgetRequest(a *attempt) {
+	e.body, e.prefix = nil, nil
+	e.tmpl = http.Request{}
+	e.replay.Reset(nil)
+	a.resp.Request = nil
 }
 
 // end finishes the answer once its body was copied (rerr: how that

@@ -114,11 +114,11 @@ type usageStrip struct {
 	compl   int64
 
 	// report, if non-nil, gets the usage of backend as soon as the chunk
-	// is seen, before anything after it reaches the client; reqBody names
-	// the model if the chunk does not.
-	report  UsageFunc
-	backend string
-	reqBody []byte
+	// is seen, before anything after it reaches the client; reqModel (the
+	// request's) names the model if the chunk does not.
+	report   UsageFunc
+	backend  string
+	reqModel string
 }
 
 // write passes p on to w, without the usage chunk.
@@ -220,7 +220,7 @@ func (s *usageStrip) usage(ev []byte) bool {
 	}
 	s.found, s.model, s.prompt, s.compl = true, c.Model, c.Usage.PromptTokens, c.Usage.CompletionTokens
 	if s.model == "" {
-		s.model, _ = requestModel(s.reqBody)
+		s.model = s.reqModel
 	}
 	if s.report != nil {
 		s.report(s.backend, s.model, s.prompt, s.compl)
