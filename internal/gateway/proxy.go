@@ -54,7 +54,7 @@ type exchange struct {
 	r        *http.Request
 	start    time.Time
 	body     []byte
-	tmpl     http.Request // the outbound request without context, URL and body
+	outHdr   http.Header // the outbound request's headers
 	path     string
 	rawPath  string
 	pool     string
@@ -217,18 +217,11 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	e := &exchange{
 		g: g, w: w, r: r, start: start, body: body, stripUsage: stripUsage,
 		path: path, rawPath: rawPath, pool: r.Header.Get(PoolHeader),
-		tmpl: http.Request{
-			Method:        r.Method,
-			Proto:         "HTTP/1.1",
-			ProtoMajor:    1,
-			ProtoMinor:    1,
-			Header:        outboundHeader(r),
-			ContentLength: int64(len(body)),
-		},
+		outHdr: outboundHeader(r),
 	}
 	e.tried = e.triedBuf[:0]
 	if g.h1 == nil {
-		ownValues(e.tmpl.Header)
+		ownValues(e.outHdr)
 	}
 	if g.fair != nil {
 		// Only the fair share tells tenants apart; the lookup walks the
@@ -576,7 +569,18 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	// The attempts of an exchange follow one another: one node serves them.
 	u.waiting.add(&e.headerWait, cancel)
 
-	out := e.tmpl.WithContext(ctx)
+	// Built here rather than kept in the exchange, which a stream holds
+	// for its life: the template stays on this frame, and WithContext
+	// makes the one copy an attempt needs.
+	tmpl := http.Request{
+		Method:        e.r.Method,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        e.outHdr,
+		ContentLength: int64(len(e.body)),
+	}
+	out := tmpl.WithContext(ctx)
 	out.URL = &url.URL{Scheme: "http", Host: u.address, Path: e.path, RawPath: e.rawPath, RawQuery: e.r.URL.RawQuery}
 	// The backend's own address as Host: Ollama bound to loopback refuses
 	// other Host values. The client's is in X-Forwarded-Host.
@@ -709,7 +713,7 @@ func (e *exchange) open(a *attempt) bool {
 // would otherwise hold them for its whole life.
 func (e *exchange) forgetRequest(a *attempt) {
 	e.body, e.prefix = nil, nil
-	e.tmpl = http.Request{}
+	e.outHdr = nil
 	e.replay.Reset(nil)
 	a.resp.Request = nil
 }
