@@ -38,10 +38,13 @@ release:
 
 ## test: every test, with the race detector, on real processes, sockets and API server;
 ## then the benchmark packages (they compare against a peer side by side, so they run
-## one package at a time, without the race detector slowing one side)
-test:
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /bench/)
-	$(GO) test -count=1 -p 1 -timeout 20m ./bench/...
+## one package at a time, without the race detector slowing one side). The tests that
+## run the tidegpu binary as a process share the one `build` makes (TIDEGPU_TEST_BINARY,
+## TIDEGPU_BIN) instead of linking it once per package.
+test: build
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" TIDEGPU_TEST_BINARY="$(abspath $(BIN)/tidegpu)" \
+		$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /bench/)
+	TIDEGPU_BIN="$(abspath $(BIN)/tidegpu)" $(GO) test -count=1 -p 1 -timeout 20m ./bench/...
 
 ## test-short: the fast unit tests only
 test-short:
