@@ -39,8 +39,8 @@ const (
 	indexBlocks = cacheTokens * 4 / gateway.DefaultPrefixBlockBytes
 )
 
-// secondsEnv sets the measured seconds per balancer and load (default 10,
-// which keeps the run in `make test` near two minutes; the figures in
+// secondsEnv sets the measured seconds per balancer and load (default 10:
+// the run in `make test` takes about three and a half minutes; the figures in
 // BENCHMARKS.md use 30); onlyEnv runs only the balancers whose names
 // contain one of its comma-separated substrings.
 const (
@@ -198,7 +198,7 @@ func loads(t *testing.T) []float64 {
 
 func TestPrefixRouting(t *testing.T) {
 	if testing.Short() {
-		t.Skip("prefix-routing benchmark: about two minutes; runs without -short")
+		t.Skip("prefix-routing benchmark: about three and a half minutes; runs without -short")
 	}
 	warmup, measured := 8*time.Second, 10*time.Second
 	if v := os.Getenv(secondsEnv); v != "" {

@@ -140,7 +140,7 @@ type balancer struct {
 
 func TestRoutingQuality(t *testing.T) {
 	if testing.Short() {
-		t.Skip("routing-quality benchmark: about two minutes; runs without -short")
+		t.Skip("routing-quality benchmark: about four minutes (five with every row in full); runs without -short")
 	}
 	haproxy := haproxyBinary()
 	if haproxy == "" {
