@@ -12,6 +12,11 @@ IMAGE_ARCH    ?= $(shell $(GO) env GOARCH)
 IMAGE_DIR     ?= $(BIN)/image
 IMAGE_TAG     ?= tidegpu:$(VERSION)
 
+# The packages whose tests run longest (about two minutes each with -race), listed
+# first so that `go test` starts them first: the short packages then fill the other
+# parallel slot instead of one long package running alone at the end.
+LONG_TEST_PKGS = ./test/operator ./test/e2e ./test/chaos ./test/dashboard
+
 .PHONY: all build test test-short generate manifests helm-lint image release fmt vet verify bench fuzz clean
 
 all: build
@@ -38,10 +43,13 @@ release:
 
 ## test: every test, with the race detector, on real processes, sockets and API server;
 ## then the benchmark packages (they compare against a peer side by side, so they run
-## one package at a time, without the race detector slowing one side)
-test:
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /bench/)
-	$(GO) test -count=1 -p 1 -timeout 20m ./bench/...
+## one package at a time, without the race detector slowing one side). The tests that
+## run the tidegpu binary as a process share the one `build` makes (TIDEGPU_TEST_BINARY,
+## TIDEGPU_BIN) instead of linking it once per package.
+test: build
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" TIDEGPU_TEST_BINARY="$(abspath $(BIN)/tidegpu)" \
+		$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(LONG_TEST_PKGS) ./... | grep -v /bench/)
+	TIDEGPU_BIN="$(abspath $(BIN)/tidegpu)" $(GO) test -count=1 -p 1 -timeout 20m ./bench/...
 
 ## test-short: the fast unit tests only
 test-short:

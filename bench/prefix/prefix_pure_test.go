@@ -84,3 +84,41 @@ func TestHAProxyConfig(t *testing.T) {
 		t.Errorf("leastconn config with hash settings:\n%s", cfg)
 	}
 }
+
+func TestGoalRowAndShortSchedule(t *testing.T) {
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{rowDefault, true},
+		{rowP2C, true},
+		{rowSession, true},
+		{rowRR, false},
+		{rowLeast, false},
+		{rowTenant, false},
+	}
+	for _, tt := range tests {
+		if got := goalRow(tt.name); got != tt.want {
+			t.Errorf("goalRow(%q) = %t, want %t", tt.name, got, tt.want)
+		}
+	}
+	// The smoke rows' schedule is the full one's turns before its end.
+	w := workload()
+	full := w.Schedule(3, 18*time.Second, seed)
+	short := w.Schedule(3, 13*time.Second, seed)
+	var before []Turn
+	for _, tu := range full {
+		if tu.At < 13*time.Second {
+			before = append(before, tu)
+		}
+	}
+	if len(short) == 0 || len(short) != len(before) || len(short) == len(full) {
+		t.Fatalf("short schedule %d turns, full %d, full before the short end %d", len(short), len(full), len(before))
+	}
+	for i, tu := range short {
+		b := before[i]
+		if tu.At != b.At || tu.Conv.ID != b.Conv.ID || tu.Index != b.Index || tu.Conv.Tenant != b.Conv.Tenant {
+			t.Fatalf("turn %d: short %v %d/%d, full %v %d/%d", i, tu.At, tu.Conv.ID, tu.Index, b.At, b.Conv.ID, b.Index)
+		}
+	}
+}

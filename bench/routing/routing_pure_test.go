@@ -137,3 +137,35 @@ func TestRatioAndMillis(t *testing.T) {
 		}
 	}
 }
+
+func TestGoalRowAndShortSchedule(t *testing.T) {
+	tests := []struct {
+		name string
+		load float64
+		want bool
+	}{
+		{rowRR, 0.3, true},
+		{rowDefault, 0.3, true},
+		{rowHAProxy, 0.3, true},
+		{rowP2C, 0.3, false}, // the p2c goal starts at 70 %
+		{rowP2C, 0.7, true},
+		{"least-request", 0.7, false},
+		{"prefix-aware + Prometheus, killed after warm-up", 0.7, false},
+	}
+	for _, tt := range tests {
+		if got := goalRow(tt.name, tt.load); got != tt.want {
+			t.Errorf("goalRow(%q, %v) = %t, want %t", tt.name, tt.load, got, tt.want)
+		}
+	}
+	// The smoke rows' schedule is the start of the full one.
+	full := Schedule(42, 23*time.Second, 0.5, 7)
+	short := Schedule(42, 8*time.Second, 0.5, 7)
+	if len(short) == 0 || len(short) >= len(full) {
+		t.Fatalf("short schedule %d arrivals, full %d", len(short), len(full))
+	}
+	for i, a := range short {
+		if a != full[i] {
+			t.Fatalf("arrival %d: short %+v, full %+v", i, a, full[i])
+		}
+	}
+}

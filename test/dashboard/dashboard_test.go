@@ -60,13 +60,11 @@ func TestMain(m *testing.M) {
 	}
 	cleanup := func() {}
 	if chromium != "" {
-		// TIDEGPU_TEST_BINARY runs a binary built elsewhere.
-		if binary = os.Getenv("TIDEGPU_TEST_BINARY"); binary == "" {
-			var err error
-			if binary, cleanup, err = testbin.Build(); err != nil {
-				fmt.Fprintln(os.Stderr, "dashboard e2e:", err)
-				os.Exit(1)
-			}
+		// testbin.BinaryEnv runs a binary built elsewhere.
+		var err error
+		if binary, cleanup, err = testbin.Build(); err != nil {
+			fmt.Fprintln(os.Stderr, "dashboard e2e:", err)
+			os.Exit(1)
 		}
 	}
 	code := m.Run()

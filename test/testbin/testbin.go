@@ -16,9 +16,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// Build compiles ./cmd/tidegpu into a temporary directory and returns the
-// binary's path and a function that removes it.
+// BinaryEnv names a tidegpu binary built beforehand from this tree. `make
+// test` builds one and sets it, so the packages that run the binary share
+// one build instead of linking it once each while the other packages' tests
+// run beside them.
+const BinaryEnv = "TIDEGPU_TEST_BINARY"
+
+// Build returns $TIDEGPU_TEST_BINARY if set, or compiles ./cmd/tidegpu into
+// a temporary directory; it returns the binary's path and a function that
+// removes what it built.
 func Build() (string, func(), error) {
+	if bin := os.Getenv(BinaryEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", BinaryEnv, err)
+		}
+		return bin, func() {}, nil
+	}
 	dir, err := os.MkdirTemp("", "tidegpu-test-bin")
 	if err != nil {
 		return "", nil, err
