@@ -125,8 +125,60 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The answer is committed after serve returned, on a goroutine of its
 	// own, so that serve's frames never grow this goroutine's stack, under
 	// which a stream waits for tokens (see commit).
-	if e.serveApart() {
+	ok := false
+	if asksToStream(e.path, e.body) {
+		ok = e.serveApart()
+	} else {
+		// An answer that does not stream is over soon: served in place,
+		// without the two hand-overs.
+		ok = e.serveHere()
+	}
+	if ok {
 		e.commit(&e.answer)
+	}
+}
+
+// serveHere is serve on the handler's goroutine, leaving the answer in
+// e.answer; not inlined, so that the attempt takes no room in ServeHTTP's
+// frame.
+//
+//go:noinline
+func (e *exchange) serveHere() bool {
+	e.answer, e.answerOK = e.serve()
+	return e.answerOK
+}
+
+// asksToStream reports whether a request is likely answered by a stream,
+// the only kind worth serving apart (serveApart): Ollama's chat and
+// generate stream unless the body says "stream": false, the other APIs
+// (OpenAI's, TGI's, llama.cpp's) only when it says "stream": true. A wrong
+// guess costs only memory (a stream served in place keeps 8 KiB of stack
+// until a collection) or two hand-overs (an answer served apart).
+func asksToStream(path string, body []byte) bool {
+	v, found := streamFlag(body)
+	if path == "/api/chat" || path == "/api/generate" {
+		return !found || v
+	}
+	return found && v
+}
+
+// streamFlag finds a "stream" key with a boolean value in body, by a scan
+// (the value of the last such key, as encoding/json would take it).
+func streamFlag(body []byte) (v, found bool) {
+	key := []byte(`"stream":`)
+	for {
+		i := bytes.Index(body, key)
+		if i < 0 {
+			return v, found
+		}
+		body = body[i+len(key):]
+		rest := bytes.TrimLeft(body, " \t\r\n")
+		switch {
+		case bytes.HasPrefix(rest, []byte("true")):
+			v, found = true, true
+		case bytes.HasPrefix(rest, []byte("false")):
+			v, found = false, true
+		}
 	}
 }
 
@@ -141,7 +193,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // that allocates nothing per token seldom causes one. Served apart, the
 // deep frames live on a worker's stack, and a waiting stream keeps 2-4
 // KiB (TestWaitingStreamsHaveSmallStacks). The cost is two hand-overs
-// between goroutines per request (BENCHMARKS.md, issue 19 seventh
+// between goroutines per request, which measured 10-15 % of the gateway's
+// CPU on short requests: only requests that ask for a stream
+// (asksToStream) are served apart (BENCHMARKS.md, issue 19 seventh
 // increment).
 //
 // A panic in serve is carried back and raised again here, where the
