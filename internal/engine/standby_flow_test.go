@@ -28,8 +28,10 @@ import (
 func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 	defer ok.Close()
-	// 300x: one 5-minute step per second; spot capacity 2 for 12 steps,
-	// then none (12 s leave the standby fill room on a loaded machine).
+	// 150x: one 5-minute step every 2 s; spot capacity 2 for 12 steps,
+	// then none (24 s leave the standby fill room on a loaded machine; at
+	// 300x, 12 s, CI's race step once found a standby instance not yet
+	// stopped when the zone ran dry, and a new one was launched).
 	capacity := make([]int, 600)
 	for i := range 12 {
 		capacity[i] = 2
@@ -39,7 +41,7 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sim, err := spotsim.New(spotsim.Options{Trace: tr, Compression: 300, Notice: 2 * time.Minute,
+	sim, err := spotsim.New(spotsim.Options{Trace: tr, Compression: 150, Notice: 2 * time.Minute,
 		Address: ok.Listener.Addr().String(), Logger: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -75,17 +77,17 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		return ids
 	}
 	var standby []string
-	if _, met := testbin.Eventually(11*time.Second, func() bool {
+	if _, met := testbin.Eventually(23*time.Second, func() bool {
 		st := status()
 		standby = byPhase(st, tidev1.PhaseStandby, string(provider.MarketOnDemand))
 		return len(standby) == 2 && len(byPhase(st, tidev1.PhaseReady, string(provider.MarketSpot))) == 2
 	}); !met {
 		t.Fatalf("no 2 spot Ready + 2 on-demand Standby before the zone ran dry: %+v", status().Instances)
 	}
-	// The zone runs dry after 12 s: the standby instances serve in place of
+	// The zone runs dry after 24 s: the standby instances serve in place of
 	// the spot ones, and no other on-demand instance is launched.
 	var serving []string
-	if _, met := testbin.Eventually(15*time.Second, func() bool {
+	if _, met := testbin.Eventually(30*time.Second, func() bool {
 		serving = byPhase(status(), tidev1.PhaseReady, string(provider.MarketOnDemand))
 		return len(serving) == 2
 	}); !met {
