@@ -188,62 +188,65 @@ func sameModel(a, b string) bool {
 // bodies that are not a JSON object, are cut short, or have no string
 // "model".
 func requestModel(b []byte) (string, bool) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
+	v, ok := topLevelValue(b, "model")
+	if !ok || len(v) == 0 || v[0] != '"' {
 		return "", false
 	}
+	_, simple, _ := scanString(v, 0)
+	return decodeString(v, simple), true
+}
+
+// topLevelValue returns the raw JSON value of the top-level key in the
+// JSON object b (the last one, as encoding/json takes a repeated key), by
+// a scan that builds no document. It returns false for bodies that are
+// not a JSON object, are cut short, or lack the key.
+func topLevelValue(b []byte, key string) ([]byte, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
 	i++
-	var (
-		model string
-		found bool
-	)
+	var val []byte
+	found := false
 	for first := true; ; first = false {
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return "", false
+			return nil, false
 		}
 		if b[i] == '}' && first {
-			return model, found
+			return val, found
 		}
 		if b[i] != '"' {
-			return "", false
+			return nil, false
 		}
 		kEnd, kSimple, ok := scanString(b, i)
 		if !ok {
-			return "", false
+			return nil, false
 		}
-		isModel := keyIs(b[i:kEnd], kSimple, "model")
+		isKey := keyIs(b[i:kEnd], kSimple, key)
 		i = skipSpace(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
-			return "", false
+			return nil, false
 		}
 		i = skipSpace(b, i+1)
-		if isModel && i < len(b) && b[i] == '"' {
-			vEnd, vSimple, ok := scanString(b, i)
-			if !ok {
-				return "", false
-			}
-			model, found = decodeString(b[i:vEnd], vSimple), true
-			i = vEnd
-		} else {
-			if isModel {
-				model, found = "", false // the last "model" is not a string
-			}
-			if i, ok = skipValue(b, i); !ok {
-				return "", false
-			}
+		vStart := i
+		if i, ok = skipValue(b, i); !ok {
+			return nil, false
+		}
+		if isKey {
+			val, found = b[vStart:i], true
 		}
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return "", false
+			return nil, false
 		}
 		switch b[i] {
 		case ',':
 			i++
 		case '}':
-			return model, found
+			return val, found
 		default:
-			return "", false
+			return nil, false
 		}
 	}
 }

@@ -122,9 +122,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		return
 	}
-	// The answer is committed after serve returned, on a goroutine of its
-	// own, so that serve's frames never grow this goroutine's stack, under
-	// which a stream waits for tokens (see commit).
+	// The answer is committed after serve returned; a stream's is served
+	// on another goroutine, so that serve's frames never grow this one's
+	// stack, under which the stream waits for tokens (see serveApart).
 	ok := false
 	if asksToStream(e.path, e.body) {
 		ok = e.serveApart()
@@ -162,24 +162,17 @@ func asksToStream(path string, body []byte) bool {
 	return found && v
 }
 
-// streamFlag finds a "stream" key with a boolean value in body, by a scan
-// (the value of the last such key, as encoding/json would take it).
+// streamFlag returns the request's top-level "stream" field, if it is a
+// boolean (topLevelValue's scan, as for the model).
 func streamFlag(body []byte) (v, found bool) {
-	key := []byte(`"stream":`)
-	for {
-		i := bytes.Index(body, key)
-		if i < 0 {
-			return v, found
-		}
-		body = body[i+len(key):]
-		rest := bytes.TrimLeft(body, " \t\r\n")
-		switch {
-		case bytes.HasPrefix(rest, []byte("true")):
-			v, found = true, true
-		case bytes.HasPrefix(rest, []byte("false")):
-			v, found = false, true
-		}
+	raw, ok := topLevelValue(body, "stream")
+	switch {
+	case ok && string(raw) == "true":
+		return true, true
+	case ok && string(raw) == "false":
+		return false, true
 	}
+	return false, false
 }
 
 // serveApart runs serve on another goroutine (a kept one: serveWorkers)
