@@ -14,7 +14,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -106,11 +105,13 @@ type exchange struct {
 // attempt is one try of an exchange on one backend.
 type attempt struct {
 	u       *Upstream
-	ctx     context.Context // the attempt's; cancelled by cancel
+	ctx     *attemptCtx // the attempt's; ended by ctx.cancel
 	resp    *http.Response
-	cancel  context.CancelCauseFunc
 	latency time.Duration
 }
+
+// cancel ends the attempt (see attemptCtx.cancel).
+func (a *attempt) cancel(cause error) { a.ctx.cancel(cause) }
 
 // ServeHTTP proxies r to a backend: it buffers the body, picks a backend,
 // and retries on another one every attempt that fails before the response
@@ -611,10 +612,10 @@ func newReplayBody(b []byte) *replayBody {
 // client going away cancels it) and is also cancelled, with errBackendDown,
 // if the probe declares u dead before the response headers arrive.
 func (e *exchange) try(u *Upstream) (attempt, error) {
-	ctx, cancel := context.WithCancelCause(e.r.Context())
-	a := attempt{u: u, ctx: ctx, cancel: cancel}
+	ctx := newAttemptCtx(e.r.Context())
+	a := attempt{u: u, ctx: ctx}
 	// The attempts of an exchange follow one another: one node serves them.
-	u.waiting.add(&e.headerWait, cancel)
+	u.waiting.add(&e.headerWait, ctx)
 
 	// Built here rather than kept in the exchange, which a stream holds
 	// for its life: the template stays on this frame, and WithContext
@@ -651,12 +652,12 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	t0 := time.Now()
 	resp, err := e.g.transport.RoundTrip(out)
 	a.latency = time.Since(t0)
-	if !u.waiting.remove(&e.headerWait) && err == nil && errors.Is(context.Cause(ctx), errBackendDown) {
+	if !u.waiting.remove(&e.headerWait) && err == nil && errors.Is(ctx.Cause(), errBackendDown) {
 		// Declared down just as the headers came: the body would fail.
 		_ = resp.Body.Close()
 		resp, err = nil, errBackendDown
 	}
-	if err != nil && errors.Is(context.Cause(ctx), errBackendDown) {
+	if err != nil && errors.Is(ctx.Cause(), errBackendDown) {
 		err = errBackendDown
 	}
 	a.resp = resp
@@ -947,7 +948,7 @@ func setTrailers(h, trailer http.Header, announced int) {
 // committed and aborts the client's response.
 func (e *exchange) midStreamFailure(a *attempt, rerr error) {
 	g, u := e.g, a.u
-	if errors.Is(context.Cause(a.ctx), errStreamIdle) {
+	if errors.Is(a.ctx.Cause(), errStreamIdle) {
 		rerr = fmt.Errorf("%w (%v without a byte)", errStreamIdle, g.streamIdle)
 	}
 	g.recordFailure(u, "mid-stream: "+rerr.Error(), false)

@@ -104,9 +104,9 @@ func (sl *connSlot) finish() {
 // directStream is a stream taken over from net/http.
 type directStream struct {
 	out     chunkOut
-	cancel  context.CancelCauseFunc // the attempt's: Server.Close ends the backend read
-	aborted atomic.Bool             // by Server.Close
-	done    bool                    // the body ended: the last chunk is due
+	attempt *attemptCtx // Server.Close ends it, and so the backend read
+	aborted atomic.Bool // by Server.Close
+	done    bool        // the body ended: the last chunk is due
 	trailer http.Header
 }
 
@@ -140,7 +140,7 @@ func (e *exchange) takeOver(a *attempt, status int, h http.Header) (st *directSt
 		return nil, false
 	}
 	// net/http's writer at the bottom, with only tapping wrappers above.
-	st = &directStream{cancel: a.cancel}
+	st = &directStream{attempt: a.ctx}
 	w := e.w
 	for {
 		if u, ok := w.(interface{ Unwrap() http.ResponseWriter }); ok {
@@ -262,7 +262,7 @@ func (s *streamSet) abort() {
 	s.closed = true
 	for st := range s.m {
 		st.aborted.Store(true)
-		st.cancel(errServerClosed)
+		st.attempt.cancel(errServerClosed)
 		if st.out.conn != nil {
 			_ = st.out.conn.Close()
 		}

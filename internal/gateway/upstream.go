@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"math"
 	"slices"
@@ -101,20 +100,20 @@ type waitList struct {
 // headerWait is one attempt's node in a waitList.
 type headerWait struct {
 	prev, next *headerWait
-	cancel     context.CancelCauseFunc
+	attempt    *attemptCtx
 	listed     bool
 }
 
-// add lists w, whose attempt cancel cancels; if the backend is down, it
-// cancels the attempt at once instead.
-func (l *waitList) add(w *headerWait, cancel context.CancelCauseFunc) {
+// add lists w, for attempt a; if the backend is down, it ends the attempt
+// at once instead.
+func (l *waitList) add(w *headerWait, a *attemptCtx) {
 	l.mu.Lock()
 	if l.down {
 		l.mu.Unlock()
-		cancel(errBackendDown)
+		a.cancel(errBackendDown)
 		return
 	}
-	w.cancel, w.prev, w.next, w.listed = cancel, nil, l.head, true
+	w.attempt, w.prev, w.next, w.listed = a, nil, l.head, true
 	if l.head != nil {
 		l.head.prev = w
 	}
@@ -151,7 +150,7 @@ func (l *waitList) abandon() {
 	l.down = true
 	for w := l.head; w != nil; {
 		next := w.next
-		w.cancel(errBackendDown)
+		w.attempt.cancel(errBackendDown)
 		*w = headerWait{}
 		w = next
 	}

@@ -33,15 +33,14 @@ func TestWaitList(t *testing.T) {
 			var l waitList
 			n := len(tt.cancelled)
 			nodes := make([]headerWait, n)
-			ctxs := make([]context.Context, n)
-			cancels := make([]context.CancelCauseFunc, n)
+			ctxs := make([]*attemptCtx, n)
 			for i := range n {
-				ctxs[i], cancels[i] = context.WithCancelCause(context.Background())
+				ctxs[i] = newAttemptCtx(context.Background())
 			}
 			for i, s := range tt.steps {
 				switch s.op {
 				case "add":
-					l.add(&nodes[s.w], cancels[s.w])
+					l.add(&nodes[s.w], ctxs[s.w])
 				case "remove":
 					if got := l.remove(&nodes[s.w]); got != s.ok {
 						t.Fatalf("step %d: remove(%d) = %v, want %v", i, s.w, got, s.ok)
@@ -53,7 +52,7 @@ func TestWaitList(t *testing.T) {
 				}
 			}
 			for i, want := range tt.cancelled {
-				if got := errors.Is(context.Cause(ctxs[i]), errBackendDown); got != want {
+				if got := errors.Is(ctxs[i].Cause(), errBackendDown); got != want {
 					t.Errorf("attempt %d cancelled with errBackendDown: %v, want %v", i, got, want)
 				}
 			}

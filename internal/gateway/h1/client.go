@@ -130,7 +130,9 @@ func (cl *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 // exchange writes the request on c and reads the response headers.
 func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire []byte) (*http.Response, error) {
 	c.got = 0
-	c.watch(ctx)
+	if !c.watch(ctx) {
+		return nil, ctx.Err()
+	}
 	if _, err := c.nc.Write(wire); err != nil {
 		return nil, err
 	}

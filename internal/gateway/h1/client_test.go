@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,13 +144,82 @@ func TestStaleConnectionRetried(t *testing.T) {
 
 // TestCancelEndsWaitAndStream: the request's context ending ends a wait for
 // headers and a body read, and the connection is not pooled.
+// abortCtx is an Abortable request context, as a proxy's attempt is: it
+// closes the watched connection itself when cancelled.
+type abortCtx struct {
+	context.Context
+	mu      sync.Mutex
+	ended   bool
+	c       io.Closer
+	watches int
+}
+
+func (a *abortCtx) cancel() {
+	a.mu.Lock()
+	a.ended = true
+	c := a.c
+	a.c = nil
+	a.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+func (a *abortCtx) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (a *abortCtx) Watch(c io.Closer) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		return false
+	}
+	a.c = c
+	a.watches++
+	return true
+}
+
+func (a *abortCtx) Unwatch(c io.Closer) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.c == c {
+		a.c = nil
+		return true
+	}
+	return !a.ended
+}
+
+// cancellable returns a request context of the kind and its cancel.
+func cancellable(kind string) (context.Context, func()) {
+	if kind == "abortable" {
+		a := &abortCtx{Context: context.Background()}
+		return a, a.cancel
+	}
+	return context.WithCancel(context.Background())
+}
+
+// TestCancelEndsWaitAndStream: the request's context ending ends a wait
+// for headers and a body read, and the connection is not pooled, whether
+// the client watches the context (context.AfterFunc) or the context
+// watches the connection (Abortable). An Abortable's connection is handed
+// back (pooled) when the answer ends, and an ended one is not sent.
 func TestCancelEndsWaitAndStream(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/stream" {
+		switch r.URL.Path {
+		case "/stream":
 			io.WriteString(w, "first\n")
 			w.(http.Flusher).Flush()
+		case "/short":
+			io.WriteString(w, "ok")
+			return
 		}
 		select {
 		case <-release:
@@ -157,32 +227,68 @@ func TestCancelEndsWaitAndStream(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	cl := New(Options{})
-	defer cl.Close()
+	for _, kind := range []string{"context", "abortable"} {
+		t.Run(kind, func(t *testing.T) {
+			cl := New(Options{})
+			defer cl.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	_, err := cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/hang", ""))
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("wait for headers: %v, want context.Canceled", err)
-	}
+			ctx, cancel := cancellable(kind)
+			time.AfterFunc(50*time.Millisecond, cancel)
+			_, err := cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/hang", ""))
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("wait for headers: %v, want context.Canceled", err)
+			}
 
-	ctx, cancel = context.WithCancel(context.Background())
-	resp, err := cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/stream", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := resp.Body.(*Body).Next()
-	if err != nil || string(p) != "first\n" {
-		t.Fatalf("first chunk %q, %v", p, err)
-	}
-	time.AfterFunc(50*time.Millisecond, cancel)
-	if _, err := resp.Body.(*Body).Next(); err == nil || err == io.EOF {
-		t.Fatalf("read after cancel: %v, want an error", err)
-	}
-	resp.Body.Close()
-	if cl.Idle() != 0 {
-		t.Errorf("%d idle connections after cancellations, want 0", cl.Idle())
+			ctx, cancel = cancellable(kind)
+			resp, err := cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/stream", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := resp.Body.(*Body).Next()
+			if err != nil || string(p) != "first\n" {
+				t.Fatalf("first chunk %q, %v", p, err)
+			}
+			time.AfterFunc(50*time.Millisecond, cancel)
+			if _, err := resp.Body.(*Body).Next(); err == nil || err == io.EOF {
+				t.Fatalf("read after cancel: %v, want an error", err)
+			}
+			resp.Body.Close()
+			if cl.Idle() != 0 {
+				t.Errorf("%d idle connections after cancellations, want 0", cl.Idle())
+			}
+
+			ctx, cancel = cancellable(kind)
+			resp, err = cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/short", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "ok" {
+				t.Fatalf("short answer %q, %v", b, err)
+			}
+			resp.Body.Close()
+			cancel() // after the answer: the pooled connection stays open
+			if cl.Idle() != 1 {
+				t.Fatalf("%d idle connections after a whole answer, want 1", cl.Idle())
+			}
+			if a, ok := ctx.(*abortCtx); ok && (a.c != nil || a.watches != 1) {
+				t.Errorf("the context still holds the connection (%v) or watched it %d times, want once", a.c, a.watches)
+			}
+			ctx, _ = cancellable(kind) // a second request reuses it
+			resp, err = cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/short", ""))
+			if err != nil {
+				t.Fatalf("on the pooled connection: %v", err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+
+			if kind == "abortable" {
+				ctx, cancel = cancellable(kind)
+				cancel()
+				if _, err := cl.RoundTrip(newReq(t, ctx, "GET", srv.URL+"/short", "")); !errors.Is(err, context.Canceled) {
+					t.Fatalf("an ended request: %v, want context.Canceled", err)
+				}
+			}
+		})
 	}
 }
 

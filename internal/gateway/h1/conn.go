@@ -40,7 +40,21 @@ type conn struct {
 
 	idleSince time.Time
 	stop      func() bool // stops the cancellation of the current request
+	ab        Abortable   // or the request's context that watches nc
 	closeFn   func()      // nc.Close, made once
+}
+
+// Abortable is a request context that closes the request's connection
+// itself when it ends, instead of the client starting a context.AfterFunc
+// on it (five allocations per request). A proxy's attempt implements it.
+type Abortable interface {
+	context.Context
+	// Watch hands over the connection to close when the context ends, until
+	// Unwatch; false, without keeping c, if it has ended already.
+	Watch(c io.Closer) bool
+	// Unwatch takes c back: false if the context ended while it watched c
+	// (c is closed or being closed).
+	Unwatch(c io.Closer) bool
 }
 
 func newConn(nc net.Conn, addr string) *conn {
@@ -55,14 +69,28 @@ func newConn(nc net.Conn, addr string) *conn {
 	return c
 }
 
-// watch closes the connection when ctx is done, until stopped.
-func (c *conn) watch(ctx context.Context) {
+// watch closes the connection when ctx is done, until stopped; false if
+// ctx has ended already (the connection is then not watched).
+func (c *conn) watch(ctx context.Context) bool {
+	if a, ok := ctx.(Abortable); ok {
+		if !a.Watch(c.nc) {
+			return false
+		}
+		c.ab = a
+		return true
+	}
 	c.stop = context.AfterFunc(ctx, c.closeFn)
+	return true
 }
 
 // unwatch stops the watch; false if it fired (the connection is closed or
 // closing).
 func (c *conn) unwatch() bool {
+	if c.ab != nil {
+		ok := c.ab.Unwatch(c.nc)
+		c.ab = nil
+		return ok
+	}
 	if c.stop == nil {
 		return true
 	}
