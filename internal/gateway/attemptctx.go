@@ -17,10 +17,11 @@ import (
 // which with the h1 client's context.AfterFunc on it cost about ten
 // allocations per attempt and two entries in the contexts' child maps
 // (BENCHMARKS.md, issue 19 eighth increment). Here an attempt costs its own
-// allocation and one context.AfterFunc on the request's context; the h1
-// client hands it the backend connection to close (h1.Abortable) instead
-// of starting an AfterFunc of its own, and Done's channel is made only for
-// a reader that asks (net/http's Transport, a dial).
+// allocation: the h1 server's request context watches it (h1.Abortable;
+// other request contexts through a context.AfterFunc), the h1 client hands
+// it the backend connection to close instead of starting an AfterFunc of
+// its own, and Done's channel is made only for a reader that asks
+// (net/http's Transport, a dial).
 type attemptCtx struct {
 	context.Context // the request's
 
@@ -30,6 +31,7 @@ type attemptCtx struct {
 	closer io.Closer     // the backend connection in use (Watch)
 	done   chan struct{} // made by Done, closed when it ends
 	stop   func() bool   // ends the watch of the request's context
+	parent watcher       // or the request's context that watches the attempt
 	afters []*afterFn    // AfterFunc's, not yet stopped
 }
 
@@ -39,11 +41,35 @@ type afterFn struct{ f func() }
 // context is parent.
 func newAttemptCtx(parent context.Context) *attemptCtx {
 	a := &attemptCtx{Context: parent}
+	if w, ok := parent.(watcher); ok {
+		// The h1 server's request context: it closes the attempt (Close)
+		// when the client leaves, with no allocation.
+		if w.Watch(a) {
+			a.parent = w
+		} else {
+			a.parentDone()
+		}
+		return a
+	}
 	a.stop = context.AfterFunc(parent, a.parentDone)
 	return a
 }
 
+// watcher is a request context that closes what it is handed when it ends
+// (h1.Abortable, which the h1 server's request contexts implement).
+type watcher interface {
+	Watch(c io.Closer) bool
+	Unwatch(c io.Closer) bool
+}
+
 func (a *attemptCtx) parentDone() { a.end(context.Cause(a.Context), true) }
+
+// Close ends the attempt as its request's context ending does (it is what
+// a watcher closes).
+func (a *attemptCtx) Close() error {
+	a.parentDone()
+	return nil
+}
 
 // cancel ends the attempt with cause (nil: a plain end, context.Canceled),
 // unless it has ended already. Its backend connection, if one is watched,
@@ -68,8 +94,13 @@ func (a *attemptCtx) end(cause error, fromParent bool) {
 	afters := a.afters
 	a.afters = nil
 	a.mu.Unlock()
-	if !fromParent && a.stop != nil {
-		a.stop()
+	if !fromParent {
+		switch {
+		case a.parent != nil:
+			a.parent.Unwatch(a)
+		case a.stop != nil:
+			a.stop()
+		}
 	}
 	if c != nil {
 		_ = c.Close()

@@ -3,8 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // closeCount is an io.Closer that counts its closes.
@@ -163,5 +168,63 @@ func TestAttemptCtxDerived(t *testing.T) {
 	b.cancel(nil)
 	if ran {
 		t.Error("a stopped func ran")
+	}
+}
+
+// TestAttemptCtxUnderTheH1Server: under the h1 server, whose request
+// context watches what it is handed (h1.Abortable), an attempt costs its
+// own allocation only, and still ends when the client leaves.
+func TestAttemptCtxUnderTheH1Server(t *testing.T) {
+	type result struct {
+		allocs  float64
+		watched bool
+	}
+	got := make(chan result, 1)
+	gone := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/allocs" {
+			_, ok := r.Context().(watcher)
+			allocs := testing.AllocsPerRun(200, func() {
+				newAttemptCtx(r.Context()).cancel(nil)
+			})
+			got <- result{allocs, ok}
+			return
+		}
+		// /gone: the client leaves while the attempt waits.
+		a := newAttemptCtx(r.Context())
+		<-a.Done()
+		gone <- a.Cause()
+	})
+	srv := &h1.Server{Handler: h, WatchAfter: time.Millisecond}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/allocs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	r := <-got
+	if !r.watched {
+		t.Fatal("the h1 server's request context is not a watcher: attempts fall back to context.AfterFunc")
+	}
+	if r.allocs > 1 {
+		t.Errorf("an attempt under the h1 server costs %.1f allocations, want 1", r.allocs)
+	}
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the attempt ended with %v when the client left, want context.Canceled", err)
 	}
 }

@@ -346,11 +346,18 @@ func writeRequest(wb *bytes.Buffer, req *http.Request) error {
 		if req.Body == nil {
 			return errors.New("h1: ContentLength > 0 without a Body")
 		}
+		// Read straight into the buffer's free room (io.CopyN would allocate
+		// a LimitReader per request).
 		wb.Grow(int(n))
-		m, err := io.CopyN(wb, req.Body, n)
+		room := wb.AvailableBuffer()[:n]
+		m, err := io.ReadFull(req.Body, room)
 		if err != nil {
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF
+			}
 			return fmt.Errorf("h1: reading the request body (%d of %d bytes): %w", m, n, err)
 		}
+		wb.Write(room)
 	}
 	return nil
 }

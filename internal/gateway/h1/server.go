@@ -249,12 +249,11 @@ type sconn struct {
 	// Server): ctx is its requests' context, cancelled (cancel) when the
 	// client leaves or the server closes; blank is a request with only ctx
 	// set, that each request starts as.
-	ctx    context.Context
-	cancel context.CancelFunc
-	blank  http.Request
-	req    http.Request
-	w      response
-	body   body
+	ctx   *connCtx
+	blank http.Request
+	req   http.Request
+	w     response
+	body  body
 
 	mu       sync.Mutex
 	cond     sync.Cond
@@ -270,9 +269,70 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, buf
 
 func newSconn(s *Server, nc net.Conn) *sconn {
 	c := &sconn{s: s, nc: nc}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.ctx = newConnCtx()
 	c.blank = *c.blank.WithContext(c.ctx)
 	return c
+}
+
+// cancel ends the context of the connection's requests.
+func (c *sconn) cancel() { c.ctx.end() }
+
+// connCtx is the context of a connection's requests, ended when the client
+// leaves or the server closes. It is also an Abortable: what a handler
+// hands it (a proxy's attempts) is closed when it ends, with no allocation
+// per request, where a context.AfterFunc on it costs three.
+type connCtx struct {
+	context.Context
+	cancelFn context.CancelFunc
+
+	mu      sync.Mutex
+	ended   bool
+	watched []io.Closer
+}
+
+func newConnCtx() *connCtx {
+	x := &connCtx{}
+	x.Context, x.cancelFn = context.WithCancel(context.Background())
+	return x
+}
+
+func (x *connCtx) end() {
+	x.cancelFn()
+	x.mu.Lock()
+	x.ended = true
+	w := x.watched
+	x.watched = nil
+	x.mu.Unlock()
+	for _, c := range w {
+		_ = c.Close()
+	}
+}
+
+// Watch implements Abortable.
+func (x *connCtx) Watch(c io.Closer) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ended {
+		return false
+	}
+	x.watched = append(x.watched, c)
+	return true
+}
+
+// Unwatch implements Abortable.
+func (x *connCtx) Unwatch(c io.Closer) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, w := range x.watched {
+		if w == c {
+			last := len(x.watched) - 1
+			x.watched[i] = x.watched[last]
+			x.watched[last] = nil
+			x.watched = x.watched[:last]
+			return true
+		}
+	}
+	return !x.ended
 }
 
 func (c *sconn) serve() {
