@@ -683,6 +683,14 @@ var (
 
 const streamBufSize = 4 << 10
 
+// streamLoop selects how a stream from the h1 client reaches a client of
+// the h1 server: "on", on an event loop (h1.Body.EachOnLoop: both sockets
+// leave the runtime's poller for the stream's life), or "off", on the
+// handler's goroutine (h1.Body.Each). An internal switch, set at build time:
+//
+//	-ldflags "-X github.com/tidegpu/tidegpu/internal/gateway.streamLoop=off"
+var streamLoop = "on"
+
 // commit sends a's response to the client. Streams (no Content-Length, or
 // Server-Sent Events) are flushed after every read, so each NDJSON line or
 // SSE event reaches the client as soon as the backend sent it. If the
@@ -701,8 +709,13 @@ func (e *exchange) commit(a *attempt) {
 	var rerr error
 	if src, ok := a.resp.Body.(*h1.Body); ok && e.sink.flushes {
 		// A stream from the h1 client is read without a buffer of ours, one
-		// read(2) per arrival.
-		rerr = src.Each(&e.sink)
+		// read(2) per arrival; to a client of the h1 server, on an event
+		// loop (streamLoop).
+		if streamLoop == "on" && e.sink.st == nil {
+			rerr = src.EachOnLoop(e.w, &e.sink)
+		} else {
+			rerr = src.Each(&e.sink)
+		}
 	} else {
 		rerr = copyBody(a.resp.Body, &e.sink)
 	}
@@ -774,7 +787,7 @@ func (e *exchange) end(a *attempt, rerr error) {
 		_ = flushTo(s.st, s.rc)
 	}
 	if rerr != nil {
-		if _, ok := rerr.(clientGone); ok {
+		if _, ok := rerr.(clientGone); ok || errors.Is(rerr, h1.ErrClientGone) {
 			return // the client went away; not the backend's fault
 		}
 		if e.r.Context().Err() != nil {

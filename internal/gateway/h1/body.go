@@ -262,68 +262,97 @@ func (b *Body) Each(s Sink) error {
 	if b.err != nil {
 		return b.result()
 	}
+	var ps pumpState
+	err := b.c.rc.Read(func(fd uintptr) bool { return !b.pump(int(fd), s, &ps) })
+	return b.eachResult(&ps, err)
+}
+
+// pumpState is Each's state between the turns of pump.
+type pumpState struct {
+	ferr, rerr error // the sink's failure; the body's (io.EOF: the backend closed)
+	end        bool  // the body ended
+	drained    bool  // the last read emptied the socket
+	held       bool  // the sink's writes wait for the client (the event loop)
+	raw        bool  // read without telling the scheduler (the event loop: the socket never blocks)
+}
+
+// pump is one turn of Each on the socket fd: it hands s what is buffered
+// and reads what the socket holds, until the body ends or fails, s fails
+// (false), or the socket is empty or the client is slow (true: wait). As
+// an edge-triggered event loop does, after a read that emptied the socket
+// it waits instead of reading again: bytes that arrive after that read
+// raise a new readiness, which the poller keeps until the wait.
+func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 	c := b.c
-	var ferr, rerr error
-	end := false
-	drained := false
-	err := c.rc.Read(func(fd uintptr) bool {
-		s.Waiting(false)
+	s.Waiting(false)
+	for {
 		for {
-			for {
-				p, e, err := b.avail()
-				if err != nil || e {
-					rerr, end = err, e
-					return true
-				}
-				if len(p) == 0 {
-					break
-				}
-				ferr = s.Emit(p, !b.readyAfter(len(p)))
-				if b.advance(len(p)) {
-					end = true
-					return true
-				}
-				if ferr != nil {
-					return true
-				}
+			p, e, err := b.avail()
+			if err != nil || e {
+				ps.rerr, ps.end = err, e
+				return false
 			}
-			if drained {
-				drained = false
-				return c.wait(s)
+			if len(p) == 0 {
+				break
 			}
-			room, err := c.room()
-			if err != nil {
-				rerr = err
-				return true
+			ps.ferr = s.Emit(p, !b.readyAfter(len(p)))
+			if b.advance(len(p)) {
+				ps.end = true
+				return false
 			}
-			n, err := syscall.Read(int(fd), (*c.raw)[c.w:])
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				return c.wait(s)
-			case err != nil:
-				rerr = wrapSyscall("read", err)
-				return true
-			case n == 0:
-				rerr = io.EOF
-				return true
+			if ps.ferr != nil {
+				return false
 			}
-			c.w += n
-			c.got += n
-			drained = n < room
+			if ps.held {
+				return true // the client takes what was written first
+			}
 		}
-	})
+		if ps.drained {
+			ps.drained = false
+			return !c.wait(s)
+		}
+		room, err := c.room()
+		if err != nil {
+			ps.rerr = err
+			return false
+		}
+		var n int
+		if ps.raw {
+			n, err = rawRead(fd, (*c.raw)[c.w:])
+		} else {
+			n, err = syscall.Read(fd, (*c.raw)[c.w:])
+		}
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return !c.wait(s)
+		case err != nil:
+			ps.rerr = wrapSyscall("read", err)
+			return false
+		case n == 0:
+			ps.rerr = io.EOF
+			return false
+		}
+		c.w += n
+		c.got += n
+		ps.drained = n < room
+	}
+}
+
+// eachResult settles the body after Each's turns ended (err: the wait's
+// own failure) and returns Each's result.
+func (b *Body) eachResult(ps *pumpState, err error) error {
 	switch {
-	case end:
+	case ps.end:
 		b.finish()
-	case rerr != nil:
-		b.readFailed(rerr)
+	case ps.rerr != nil:
+		b.readFailed(ps.rerr)
 	case err != nil:
 		b.fail(err)
 	}
-	if ferr != nil {
-		return ferr
+	if ps.ferr != nil {
+		return ps.ferr
 	}
 	return b.result()
 }

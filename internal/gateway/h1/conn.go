@@ -58,15 +58,22 @@ type Abortable interface {
 }
 
 func newConn(nc net.Conn, addr string) *conn {
-	c := &conn{nc: nc, addr: addr}
+	c := &conn{addr: addr}
+	c.setConn(nc)
+	c.closeFn = func() { _ = c.nc.Close() }
+	return c
+}
+
+// setConn makes nc the connection's socket (at its start, and when an
+// event loop gives it back).
+func (c *conn) setConn(nc net.Conn) {
+	c.nc, c.rc = nc, nil
 	if sc, ok := nc.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc = rc
 			c.readFn = c.read
 		}
 	}
-	c.closeFn = func() { _ = c.nc.Close() }
-	return c
 }
 
 // watch closes the connection when ctx is done, until stopped; false if

@@ -263,6 +263,22 @@ type sconn struct {
 	aborting bool // the watch is being stopped
 	curBody  atomic.Pointer[body]
 	linger   bool // closing with request bytes unread
+
+	loop *loopStream // the answer's stream while an event loop carries it
+}
+
+// replaceConn puts nc in place of the connection's socket, given back by
+// an event loop; a connection the server closed meanwhile is closed.
+func (c *sconn) replaceConn(nc net.Conn) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.nc = nc
+	if c.br != nil {
+		c.br.Reset(nc)
+	}
+	if c.state.Load() == stateClosed {
+		_ = nc.Close()
+	}
 }
 
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
@@ -511,6 +527,12 @@ func (c *sconn) write(w *response, b []byte) {
 	if w.err != nil {
 		return
 	}
+	if c.loop != nil {
+		if err := c.loop.write(b); err != nil {
+			w.err, w.closeAfter = err, true
+		}
+		return
+	}
 	if _, err := c.nc.Write(b); err != nil {
 		w.err, w.closeAfter = err, true
 	}
@@ -518,6 +540,12 @@ func (c *sconn) write(w *response, b []byte) {
 
 func (c *sconn) writeBuffers(w *response, bufs *net.Buffers) {
 	if w.err != nil {
+		return
+	}
+	if c.loop != nil {
+		for _, b := range *bufs {
+			c.write(w, b)
+		}
 		return
 	}
 	if _, err := bufs.WriteTo(c.nc); err != nil {

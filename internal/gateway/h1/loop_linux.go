@@ -1,0 +1,574 @@
+//go:build linux
+
+package h1
+
+// Streamed answers on an event loop.
+//
+// A streamed answer waits for its next token for seconds at a time, and a
+// token is a few hundred bytes: for each one, the goroutine of the stream
+// is woken by the runtime's poller, reads one chunk from the backend,
+// writes one chunk to the client and parks again. At thousands of open
+// streams, the scheduling around those two system calls (the park, the
+// wake-up, the poller's and sysmon's turns) is the part of the CPU per
+// stream that nginx, which runs an event loop, does not pay (BENCHMARKS.md,
+// issue 19). Here a committed stream whose backend and client connections
+// are both this package's (Client, Server) is carried by a Loop instead:
+// both sockets leave the runtime's poller (duplicated, the runtime's
+// descriptor closed), one goroutine per core waits on an epoll instance of
+// its own for many streams at once, and for each ready backend it runs the
+// same turn as Body.Each (pump), whose writes to the client are
+// non-blocking. A client slower than its backend holds its bytes in the
+// stream (it is then no longer read from the backend) until the socket
+// takes them. At the end the sockets go back to the runtime's poller, so
+// that both connections stay alive for their next requests.
+//
+// Written here rather than taken from a library: the event-loop servers
+// for Go (gnet, evio, nbio) own the whole connection from accept on, and
+// would replace the HTTP server and the backend client instead of carrying
+// the streams of the ones the gateway has.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Loop carries streams (see the comment above). Its zero value is not
+// usable; the package runs one per core (loopFor).
+type Loop struct {
+	ep   int             // epoll, non-blocking
+	epc  syscall.RawConn // ep in the runtime's poller
+	kick int             // eventfd: streams were added
+
+	mu    sync.Mutex
+	slots []*loopStream // by slot; nil when free
+	free  []int32
+	fresh []*loopStream // added, not yet pumped
+	gen   int32         // streams added: tells a slot's streams apart
+}
+
+// The epoll data of the kick eventfd; a stream's is its slot (Fd), and
+// (Pad) which socket and the stream's generation, so that an event of a
+// stream that ended earlier in a batch does not reach the next stream in
+// its slot.
+const (
+	kickSlot    = -1
+	sideBackend = 0
+	sideClient  = 1
+)
+
+var (
+	loopCarried atomic.Int64 // streams handed to a loop
+	loopHeld    atomic.Int64 // times a loop held a stream for its client
+
+	loopsOnce sync.Once
+	loops     []*Loop
+	loopsErr  error
+	loopNext  atomic.Uint32
+)
+
+// loopFor returns one of the package's loops, started on first use.
+func loopFor() (*Loop, error) {
+	loopsOnce.Do(func() {
+		for range runtime.GOMAXPROCS(0) {
+			l, err := newLoop()
+			if err != nil {
+				loopsErr = err
+				return
+			}
+			loops = append(loops, l)
+			go l.run()
+		}
+	})
+	if loopsErr != nil {
+		return nil, loopsErr
+	}
+	return loops[int(loopNext.Add(1))%len(loops)], nil
+}
+
+func newLoop() (*Loop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	kick, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: kickSlot}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, kick, &ev); err != nil {
+		unix.Close(ep)
+		unix.Close(kick)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	// The loop waits for its epoll instance in the runtime's poller (an
+	// epoll descriptor is readable while it has events), not in a blocking
+	// epoll_wait: a thread blocked in a system call has its P handed to
+	// another thread by sysmon, which then keeps waking every 20 µs.
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		unix.Close(kick)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	f := os.NewFile(uintptr(ep), "epoll")
+	epc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(kick)
+		return nil, err
+	}
+	return &Loop{ep: ep, epc: epc, kick: kick}, nil
+}
+
+// loopStream is one stream on a Loop.
+type loopStream struct {
+	l    *Loop
+	slot int32
+	gen  int32
+	b    *Body
+	s    Sink
+	c    *sconn
+	w    *response
+	bfd  int // the backend socket
+	cfd  int // the client socket
+	ps   pumpState
+
+	pending  []byte // written by the sink, not yet taken by the client socket
+	ending   bool   // the body ended or failed: the stream ends once pending is out
+	cerr     error  // the client socket failed
+	panicked any    // a panic in the sink, carried back to the handler
+	done     chan struct{}
+
+	mu      sync.Mutex // guards open, against Close on another goroutine
+	open    bool       // bfd is the stream's
+	aborted atomic.Bool
+}
+
+// errAborted ends a stream whose request context ended (Close).
+var errAborted = errors.New("h1: stream aborted")
+
+// Close ends the stream as closing its backend connection would (the
+// request's context watches it, Abortable): the backend socket is shut
+// down, which the loop reads as its end.
+func (st *loopStream) Close() error {
+	st.aborted.Store(true)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.open {
+		_ = unix.Shutdown(st.bfd, unix.SHUT_RDWR)
+	}
+	return nil
+}
+
+// EachOnLoop is Each for an answer that w, the h1 Server's response (or a
+// wrapper of it with Unwrap), sends to its client as a chunked stream: when
+// both connections are sockets of this package, the stream is carried by
+// an event loop (see Loop) while the caller waits; else, or when the loop
+// cannot take it, by Each.
+func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
+	r := findResponse(w)
+	b.settle()
+	if r == nil || b.err != nil || b.c == nil || b.c.rc == nil || b.c.ab == nil || !r.loopable() {
+		return b.Each(s)
+	}
+	l, err := loopFor()
+	if err != nil {
+		return b.Each(s)
+	}
+	c, sc := b.c, r.c
+	bfd, err := dupSocket(c.nc)
+	if err != nil {
+		return b.Each(s)
+	}
+	cfd, err := dupSocket(sc.nc)
+	if err != nil {
+		unix.Close(bfd)
+		return b.Each(s)
+	}
+	st := &loopStream{l: l, b: b, s: s, c: sc, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
+	st.ps.raw = true
+	// The request's context now ends the stream instead of closing the
+	// backend connection.
+	if !c.ab.Unwatch(c.nc) || !c.ab.Watch(st) {
+		unix.Close(bfd)
+		unix.Close(cfd)
+		b.fail(net.ErrClosed)
+		return b.result()
+	}
+	// The runtime's descriptors go (and with them the sockets leave its
+	// poller); the duplicates are the loop's.
+	_ = c.nc.Close()
+	_ = sc.nc.Close()
+	sc.loop = st
+	loopCarried.Add(1)
+	l.add(st)
+	<-st.done
+	sc.loop = nil
+	return st.settle()
+}
+
+// settle, on the handler's goroutine once the loop let go of the stream,
+// gives both sockets back to the runtime (or closes them) and settles the
+// body as Each does.
+func (st *loopStream) settle() error {
+	b, c, sc := st.b, st.b.c, st.c
+	st.mu.Lock()
+	st.open = false
+	st.mu.Unlock()
+	stillWatched := c.ab.Unwatch(st)
+
+	// The client's connection: back to the server, unless it failed.
+	if st.cerr == nil {
+		if nc, err := fileConn(st.cfd); err == nil {
+			sc.replaceConn(nc)
+		} else {
+			st.cerr = err
+		}
+	} else {
+		unix.Close(st.cfd)
+	}
+	if st.cerr != nil {
+		st.w.err, st.w.closeAfter = st.cerr, true
+	}
+
+	// The backend's: back to the client's pool at a clean end.
+	if st.ps.end && stillWatched && !st.aborted.Load() {
+		if nc, err := fileConn(st.bfd); err == nil {
+			c.setConn(nc)
+			if !c.ab.Watch(nc) {
+				b.reuse = false
+			}
+		} else {
+			b.reuse = false
+		}
+	} else {
+		unix.Close(st.bfd)
+		b.reuse = false // the runtime's descriptor is closed: finish closes c
+		if st.aborted.Load() && (st.ps.rerr == io.EOF || (!st.ps.end && st.ps.rerr == nil && st.ps.ferr == nil)) {
+			st.ps.rerr = errAborted
+		}
+	}
+	if st.panicked != nil {
+		b.fail(errAborted)
+		panic(st.panicked)
+	}
+	return b.eachResult(&st.ps, nil)
+}
+
+// add hands st to the loop, which pumps it once (bytes may be buffered
+// already) and then on every readiness of its backend.
+func (l *Loop) add(st *loopStream) {
+	l.mu.Lock()
+	if n := len(l.free); n > 0 {
+		st.slot = l.free[n-1]
+		l.free = l.free[:n-1]
+		l.slots[st.slot] = st
+	} else {
+		st.slot = int32(len(l.slots))
+		l.slots = append(l.slots, st)
+	}
+	l.gen++
+	st.gen = l.gen & 0x3fffffff
+	l.fresh = append(l.fresh, st)
+	l.mu.Unlock()
+	var one = [8]byte{1}
+	_, _ = unix.Write(l.kick, one[:])
+}
+
+func (l *Loop) run() {
+	events := make([]unix.EpollEvent, 256)
+	err := l.epc.Read(func(uintptr) bool {
+		for {
+			n, err := unix.EpollWait(l.ep, events, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				panic("h1: epoll_wait: " + err.Error())
+			}
+			if n == 0 {
+				return false // wait in the runtime's poller
+			}
+			l.handle(events[:n])
+		}
+	})
+	panic("h1: the event loop's epoll left the runtime's poller: " + fmt.Sprint(err))
+}
+
+// handle runs the streams of a batch of events.
+func (l *Loop) handle(events []unix.EpollEvent) {
+	var kickBuf [8]byte
+	for i := range events {
+		ev := &events[i]
+		if ev.Fd == kickSlot {
+			_, _ = unix.Read(l.kick, kickBuf[:])
+			l.mu.Lock()
+			fresh := l.fresh
+			l.fresh = nil
+			l.mu.Unlock()
+			for _, st := range fresh {
+				st.start()
+			}
+			continue
+		}
+		l.mu.Lock()
+		var st *loopStream
+		if int(ev.Fd) < len(l.slots) {
+			st = l.slots[ev.Fd]
+		}
+		l.mu.Unlock()
+		if st == nil || st.gen != ev.Pad>>1 {
+			continue // ended earlier in this batch
+		}
+		if ev.Pad&1 == sideClient {
+			st.clientReady(ev.Events)
+		} else {
+			st.step()
+		}
+	}
+}
+
+// start registers st's sockets and runs its first turn.
+func (st *loopStream) start() {
+	l := st.l
+	be := unix.EpollEvent{Events: unix.EPOLLIN, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
+	ce := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideClient} // errors and hang-ups only
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.bfd, &be); err != nil {
+		st.ps.rerr = os.NewSyscallError("epoll_ctl", err)
+		st.end()
+		return
+	}
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.cfd, &ce); err != nil {
+		st.ps.rerr = os.NewSyscallError("epoll_ctl", err)
+		st.end()
+		return
+	}
+	st.step()
+}
+
+// step runs a turn of the stream's pump, unless the client holds it.
+func (st *loopStream) step() {
+	if st.ps.held || st.ending {
+		return
+	}
+	if !st.pumpSafely() {
+		st.ending = true
+		if len(st.pending) == 0 || st.cerr != nil || st.panicked != nil {
+			st.end()
+		}
+	}
+}
+
+// pumpSafely runs pump, carrying a panic of the sink back to the handler
+// (as a panic on a handler's goroutine would have ended its request only).
+func (st *loopStream) pumpSafely() (wait bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			st.panicked = p
+			wait = false
+		}
+	}()
+	return st.b.pump(st.bfd, st.s, &st.ps)
+}
+
+// write is the client connection's write while the loop has the stream
+// (sconn.write): non-blocking; what the socket does not take is held, and
+// the backend is no longer read until it is out.
+func (st *loopStream) write(p []byte) error {
+	if st.cerr != nil {
+		return st.cerr
+	}
+	if len(st.pending) > 0 {
+		st.pending = append(st.pending, p...)
+		return nil
+	}
+	for len(p) > 0 {
+		n, err := rawWrite(st.cfd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			st.hold(p)
+			return nil
+		case err != nil:
+			st.cerr = os.NewSyscallError("write", err)
+			return st.cerr
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// hold keeps p for the client socket, which is waited for, and stops
+// reading the backend meanwhile.
+func (st *loopStream) hold(p []byte) {
+	st.pending = append(st.pending[:0], p...)
+	st.ps.held = true
+	loopHeld.Add(1)
+	be := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
+	ce := unix.EpollEvent{Events: unix.EPOLLOUT, Fd: st.slot, Pad: st.gen<<1 | sideClient}
+	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
+	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
+}
+
+// clientReady writes what is held once the client socket takes it, and
+// ends a stream whose client is gone.
+func (st *loopStream) clientReady(events uint32) {
+	if len(st.pending) == 0 {
+		if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+			st.cerr = ErrClientGone
+			st.ps.ferr = ErrClientGone
+			st.end()
+		}
+		return
+	}
+	for len(st.pending) > 0 {
+		n, err := rawWrite(st.cfd, st.pending)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return
+		case err != nil:
+			st.cerr = os.NewSyscallError("write", err)
+			st.ps.ferr = st.cerr
+			st.end()
+			return
+		}
+		st.pending = st.pending[n:]
+	}
+	st.pending = nil
+	st.ps.held = false
+	if st.ending {
+		st.end()
+		return
+	}
+	be := unix.EpollEvent{Events: unix.EPOLLIN, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
+	ce := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideClient}
+	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
+	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
+	st.step()
+}
+
+// ErrClientGone is Body.EachOnLoop's error when the client's socket hung
+// up while the stream waited for the backend (a failed write is the
+// Sink's own error).
+var ErrClientGone = errors.New("h1: client connection closed")
+
+// end takes st off the loop and hands it back to the handler.
+func (st *loopStream) end() {
+	l := st.l
+	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.bfd, nil)
+	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.cfd, nil)
+	l.mu.Lock()
+	if l.slots[st.slot] == st {
+		l.slots[st.slot] = nil
+		l.free = append(l.free, st.slot)
+	}
+	l.mu.Unlock()
+	close(st.done)
+}
+
+// dupSocket duplicates nc's socket descriptor (close-on-exec).
+func dupSocket(nc net.Conn) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1, errors.New("h1: not a socket")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(s uintptr) {
+		fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, os.NewSyscallError("fcntl", derr)
+	}
+	return fd, nil
+}
+
+// fileConn gives the socket fd back to the runtime as a net.Conn (and
+// closes fd, which the net.Conn duplicated).
+func fileConn(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	defer f.Close()
+	return net.FileConn(f)
+}
+
+// findResponse returns the h1 response under w's wrappers (Unwrap), or nil.
+func findResponse(w http.ResponseWriter) *response {
+	for range 8 {
+		switch x := w.(type) {
+		case *response:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// loopable reports whether the answer can go on a loop: a chunked stream
+// whose head is out, with nothing read from its client beyond the request
+// (a pipelined request stays on the goroutine path), on a socket.
+func (w *response) loopable() bool {
+	c := w.c
+	if !w.headSent || !w.chunked || w.err != nil || w.req.Method == http.MethodHead || c.loop != nil {
+		return false
+	}
+	if c.br != nil && c.br.Buffered() > 0 {
+		return false
+	}
+	c.mu.Lock()
+	idle := !c.armed && !c.watching
+	c.mu.Unlock()
+	if !idle {
+		return false
+	}
+	_, ok := c.nc.(syscall.Conn)
+	return ok
+}
+
+// LoopStats returns how many streams the event loops have carried, and how
+// many times one held a stream for a client slower than its backend.
+func LoopStats() (streams, held int64) { return loopCarried.Load(), loopHeld.Load() }
+
+// rawRead and rawWrite are read(2) and write(2) on a non-blocking socket
+// without telling the scheduler: they never block, and a system call the
+// scheduler is told of lets sysmon hand the loop's P to another thread
+// when the kernel takes more than 20 µs over it (a write on loopback runs
+// the receiver's side of TCP too), which then keeps sysmon waking every
+// 20 µs.
+func rawRead(fd int, p []byte) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+func rawWrite(fd int, p []byte) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
