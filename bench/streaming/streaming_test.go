@@ -40,8 +40,9 @@ const (
 
 // maxGatewayKBPerStream is the regression guard on the gateway's resident
 // memory per open stream at N >= 1,000 in the long variant, whatever peer
-// ran beside it: 14.5-14.8 KB measured at 3,000 streams with the attempts
-// served apart (session 10; 15.5-18.3 KB before), 21.6-23.5 KB with
+// ran beside it: 12.7-13.0 KB measured at 3,000 streams with streams on
+// the event loop (session 11), 14.5-14.8 KB with the attempts served apart
+// (session 10; 15.5-18.3 KB before), 21.6-23.5 KB with
 // net/http's server and streams taken over from it (serverEngine=nethttp),
 // 30.6-34.7 KB with net/http's writer (serverStreams=nethttp), 57-67 KB
 // with the Transport. At 3,000 streams the gateway is also held to the

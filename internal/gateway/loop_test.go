@@ -35,6 +35,37 @@ func loopCarried() int64 {
 	return n
 }
 
+// dialLoopHarness starts a gateway on backend b and connects to it (the
+// connection is closed at the test's end); before is loopCarried then.
+func dialLoopHarness(t *testing.T, b *testBackend) (h *harness, c net.Conn, before int64) {
+	t.Helper()
+	h = newHarness(t, Options{})
+	h.g.SetBackends("p", []Backend{b.backend("p")})
+	before = loopCarried()
+	c, err := net.Dial("tcp", h.srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return h, c, before
+}
+
+// streamRequest asks for a stream on a raw connection.
+const streamRequest = "POST /api/chat HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"stream\":true}"
+
+// postStream sends streamRequest on c and reads the answer's head from br.
+func postStream(t *testing.T, c net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	if _, err := io.WriteString(c, streamRequest); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("answer on the connection: %v", err)
+	}
+	return resp
+}
+
 // readChunked reads one chunked answer (after its head) from br: the
 // body, and whether it ended with the last chunk.
 func readChunked(t *testing.T, br *bufio.Reader) string {
@@ -77,22 +108,10 @@ func TestLoopStreamKeepsBothConnections(t *testing.T) {
 	needLoop(t)
 	lines := streamLines()
 	a := linesBackend(t, "a", lines)
-	h := newHarness(t, Options{})
-	h.g.SetBackends("p", []Backend{a.backend("p")})
-	before := loopCarried()
-
-	c, err := net.Dial("tcp", h.srv.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h, c, before := dialLoopHarness(t, a)
 	br := bufio.NewReader(c)
 	for i := range 3 {
-		fmt.Fprintf(c, "POST /api/chat HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"stream\":true}")
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("request %d on the connection: %v", i, err)
-		}
+		resp := postStream(t, c, br)
 		if resp.StatusCode != http.StatusOK || resp.Close || len(resp.TransferEncoding) != 1 {
 			t.Fatalf("request %d: status %d, Close %v, TransferEncoding %v", i, resp.StatusCode, resp.Close, resp.TransferEncoding)
 		}
@@ -161,7 +180,7 @@ func TestLoopStreamSlowClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "POST /api/chat HTTP/1.1\r\nHost: gw\r\nContent-Length: 15\r\n\r\n{\"stream\":true}")
+	fmt.Fprint(c, streamRequest)
 	waitUntil(t, "the loop to hold the stream for its client", func() bool {
 		_, held := h1.LoopStats()
 		return held > heldBefore
@@ -188,39 +207,9 @@ func TestLoopStreamSlowClient(t *testing.T) {
 // against the backend.
 func TestLoopStreamClientGoneFreesBackend(t *testing.T) {
 	needLoop(t)
-	entered, gone := make(chan struct{}, 1), make(chan struct{}, 1)
-	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			fmt.Fprintf(w, "{\"token\":%d}\n", i)
-			w.(http.Flusher).Flush()
-			if i == 0 {
-				entered <- struct{}{}
-			}
-			select {
-			case <-tick.C:
-			case <-r.Context().Done():
-				gone <- struct{}{}
-				return
-			}
-		}
-	})
-	h := newHarness(t, Options{})
-	h.g.SetBackends("p", []Backend{a.backend("p")})
-	before := loopCarried()
-	c, err := net.Dial("tcp", h.srv.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(c, "POST /api/chat HTTP/1.1\r\nHost: gw\r\nContent-Length: 15\r\n\r\n{\"stream\":true}")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, entered, gone := tickingBackend(t, "a")
+	h, c, before := dialLoopHarness(t, a)
+	resp := postStream(t, c, bufio.NewReader(c))
 	within(t, entered, 5*time.Second, "the stream at the backend")
 	if l, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || l != "{\"token\":0}\n" {
 		t.Fatalf("first line %q, %v", l, err)

@@ -288,26 +288,7 @@ func TestDirectStreamFeedsTaps(t *testing.T) {
 // request ends, the in-flight count goes back to 0, and no failure is
 // counted against the backend.
 func TestDirectStreamClientGoneFreesBackend(t *testing.T) {
-	entered, gone := make(chan struct{}, 1), make(chan struct{}, 1)
-	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		tick := time.NewTicker(5 * time.Millisecond) // a token every 5 ms
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			fmt.Fprintf(w, "{\"token\":%d}\n", i)
-			w.(http.Flusher).Flush()
-			if i == 0 {
-				entered <- struct{}{}
-			}
-			select {
-			case <-tick.C:
-			case <-r.Context().Done():
-				gone <- struct{}{}
-				return
-			}
-		}
-	})
+	a, entered, gone := tickingBackend(t, "a")
 	h := newHarnessOn(t, Options{}, "nethttp")
 	h.g.SetBackends("p", []Backend{a.backend("p")})
 	c, _, rr, err := rawPost(t, h.srv.addr(), "HTTP/1.1")
@@ -327,6 +308,33 @@ func TestDirectStreamClientGoneFreesBackend(t *testing.T) {
 	if s := status(t, h.g, "a"); s.Failures != 0 || s.ConsecutiveFailures != 0 {
 		t.Fatalf("the client leaving counted against the backend: %+v", s)
 	}
+}
+
+// tickingBackend streams a token every 5 ms until its request ends;
+// entered has a value once the first token is out, gone once the request
+// ended.
+func tickingBackend(t *testing.T, id string) (b *testBackend, entered, gone <-chan struct{}) {
+	in, out := make(chan struct{}, 1), make(chan struct{}, 1)
+	b = newBackend(t, id, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			fmt.Fprintf(w, "{\"token\":%d}\n", i)
+			w.(http.Flusher).Flush()
+			if i == 0 {
+				in <- struct{}{}
+			}
+			select {
+			case <-tick.C:
+			case <-r.Context().Done():
+				out <- struct{}{}
+				return
+			}
+		}
+	})
+	return b, in, out
 }
 
 // TestDirectStreamShutdownWaits: Server.Shutdown waits for a stream taken
