@@ -138,7 +138,7 @@ func TestAttemptCtxAllocations(t *testing.T) {
 func TestAttemptCtxDerived(t *testing.T) {
 	a := newAttemptCtx(context.Background())
 	child, cancelChild := context.WithCancel(a)
-	gone, cancelGone := context.WithCancel(a)
+	_, cancelGone := context.WithCancel(a)
 	cancelGone() // stops its AfterFunc
 	a.mu.Lock()
 	n := len(a.afters)
@@ -151,7 +151,6 @@ func TestAttemptCtxDerived(t *testing.T) {
 		t.Fatalf("the derived context's Err = %v when the attempt ended, want context.Canceled", child.Err())
 	}
 	cancelChild()
-	_ = gone
 
 	late := make(chan struct{})
 	stop := a.AfterFunc(func() { close(late) })

@@ -711,7 +711,7 @@ func (e *exchange) commit(a *attempt) {
 		// A stream from the h1 client is read without a buffer of ours, one
 		// read(2) per arrival; to a client of the h1 server, on an event
 		// loop (streamLoop).
-		if streamLoop == "on" && e.sink.st == nil {
+		if streamLoop == "on" {
 			rerr = src.EachOnLoop(e.w, &e.sink)
 		} else {
 			rerr = src.Each(&e.sink)

@@ -14,12 +14,12 @@ package h1
 // issue 19). Here a committed stream whose backend and client connections
 // are both this package's (Client, Server) is carried by a Loop instead:
 // both sockets leave the runtime's poller (duplicated, the runtime's
-// descriptor closed), one goroutine per core waits on an epoll instance of
-// its own for many streams at once, and for each ready backend it runs the
-// same turn as Body.Each (pump), whose writes to the client are
-// non-blocking. A client slower than its backend holds its bytes in the
-// stream (it is then no longer read from the backend) until the socket
-// takes them. At the end the sockets go back to the runtime's poller, so
+// descriptor closed), one goroutine per core waits, through the runtime's
+// poller, for an epoll instance of its own that holds many streams, and for
+// each ready backend it runs the same turn as Body.Each (pump), with
+// non-blocking receives and sends the scheduler is not told of. A client
+// slower than its backend holds its bytes in the stream (it is then no
+// longer read from the backend) until the socket takes them. At the end the sockets go back to the runtime's poller, so
 // that both connections stay alive for their next requests.
 //
 // Written here rather than taken from a library: the event-loop servers
@@ -138,10 +138,9 @@ type loopStream struct {
 	gen  int32
 	b    *Body
 	s    Sink
-	c    *sconn
-	w    *response
-	bfd  int // the backend socket
-	cfd  int // the client socket
+	w    *response // its c is the client's connection
+	bfd  int       // the backend socket
+	cfd  int       // the client socket
 	ps   pumpState
 
 	pending  []byte // written by the sink, not yet taken by the client socket
@@ -196,7 +195,7 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 		unix.Close(bfd)
 		return b.Each(s)
 	}
-	st := &loopStream{l: l, b: b, s: s, c: sc, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
+	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
 	st.ps.raw = true
 	// The request's context now ends the stream instead of closing the
 	// backend connection.
@@ -222,7 +221,7 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 // gives both sockets back to the runtime (or closes them) and settles the
 // body as Each does.
 func (st *loopStream) settle() error {
-	b, c, sc := st.b, st.b.c, st.c
+	b, c, sc := st.b, st.b.c, st.w.c
 	st.mu.Lock()
 	st.open = false
 	st.mu.Unlock()
@@ -393,21 +392,45 @@ func (st *loopStream) write(p []byte) error {
 		st.pending = append(st.pending, p...)
 		return nil
 	}
+	rest, err := st.send(p)
+	if err != nil {
+		st.cerr = err
+		return err
+	}
+	if len(rest) > 0 {
+		st.hold(rest)
+	}
+	return nil
+}
+
+// send writes p to the client socket until it is all out or the socket is
+// full; it returns what is left.
+func (st *loopStream) send(p []byte) ([]byte, error) {
 	for len(p) > 0 {
 		n, err := rawWrite(st.cfd, p)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
-			st.hold(p)
-			return nil
+			return p, nil
 		case err != nil:
-			st.cerr = os.NewSyscallError("write", err)
-			return st.cerr
+			return p, os.NewSyscallError("write", err)
 		}
 		p = p[n:]
 	}
-	return nil
+	return nil, nil
+}
+
+// interest sets what the loop waits for: the backend's bytes (reading),
+// or the client socket's room for what is held.
+func (st *loopStream) interest(reading bool) {
+	be := unix.EpollEvent{Events: unix.EPOLLIN, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
+	ce := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideClient} // errors and hang-ups only
+	if !reading {
+		be.Events, ce.Events = 0, unix.EPOLLOUT
+	}
+	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
+	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
 }
 
 // hold keeps p for the client socket, which is waited for, and stops
@@ -416,10 +439,7 @@ func (st *loopStream) hold(p []byte) {
 	st.pending = append(st.pending[:0], p...)
 	st.ps.held = true
 	loopHeld.Add(1)
-	be := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
-	ce := unix.EpollEvent{Events: unix.EPOLLOUT, Fd: st.slot, Pad: st.gen<<1 | sideClient}
-	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
-	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
+	st.interest(false)
 }
 
 // clientReady writes what is held once the client socket takes it, and
@@ -433,20 +453,15 @@ func (st *loopStream) clientReady(events uint32) {
 		}
 		return
 	}
-	for len(st.pending) > 0 {
-		n, err := rawWrite(st.cfd, st.pending)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return
-		case err != nil:
-			st.cerr = os.NewSyscallError("write", err)
-			st.ps.ferr = st.cerr
-			st.end()
-			return
-		}
-		st.pending = st.pending[n:]
+	rest, err := st.send(st.pending)
+	st.pending = rest
+	switch {
+	case err != nil:
+		st.cerr, st.ps.ferr = err, err
+		st.end()
+		return
+	case len(rest) > 0:
+		return
 	}
 	st.pending = nil
 	st.ps.held = false
@@ -454,10 +469,7 @@ func (st *loopStream) clientReady(events uint32) {
 		st.end()
 		return
 	}
-	be := unix.EpollEvent{Events: unix.EPOLLIN, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
-	ce := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideClient}
-	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
-	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
+	st.interest(true)
 	st.step()
 }
 
