@@ -220,6 +220,13 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 	return newConn(nc, addr), false, nil
 }
 
+// hasRoom reports whether put would pool a connection to addr now.
+func (cl *Client) hasRoom(addr string) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return !cl.closed && len(cl.idle[addr]) < cl.maxIdle
+}
+
 // put pools c for the next request to its address.
 func (cl *Client) put(c *conn) {
 	c.idleSince = time.Now()

@@ -227,9 +227,15 @@ func (st *loopStream) settle() error {
 	st.mu.Unlock()
 	stillWatched := c.ab.Unwatch(st)
 
-	// The client's connection: back to the server, unless it failed.
+	// The client's connection: back to the server, unless it failed, or
+	// closes after this answer: then the answer's last bytes go out on the
+	// loop's descriptor (writeTail), which saves giving a socket about to
+	// close to the runtime's poller (a dup, a registration, two address
+	// lookups).
 	if st.cerr == nil {
-		if nc, err := fileConn(st.cfd); err == nil {
+		if sc.closesAfter(st.w) {
+			sc.setTail(st.cfd)
+		} else if nc, err := fileConn(st.cfd); err == nil {
 			sc.replaceConn(nc)
 		} else {
 			st.cerr = err
@@ -241,8 +247,9 @@ func (st *loopStream) settle() error {
 		st.w.err, st.w.closeAfter = st.cerr, true
 	}
 
-	// The backend's: back to the client's pool at a clean end.
-	if st.ps.end && stillWatched && !st.aborted.Load() {
+	// The backend's: back to the client's pool at a clean end, if the pool
+	// has room for it (else put would close it).
+	if st.ps.end && stillWatched && !st.aborted.Load() && b.reuse && b.cl.hasRoom(c.addr) {
 		if nc, err := fileConn(st.bfd); err == nil {
 			c.setConn(nc)
 			if !c.ab.Watch(nc) {
@@ -521,6 +528,82 @@ func fileConn(fd int) (net.Conn, error) {
 	f := os.NewFile(uintptr(fd), "")
 	defer f.Close()
 	return net.FileConn(f)
+}
+
+// writeTail sends b on c.tail (see sconn.tail). When the socket cannot take
+// it all now, the socket goes back to the runtime and the rest is written
+// through it, as any write.
+func (c *sconn) writeTail(b []byte) error {
+	for len(b) > 0 {
+		n, err := rawWrite(c.tail, b)
+		switch {
+		case n > 0:
+			b = b[n:]
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			if err := c.untail(); err != nil {
+				return err
+			}
+			_, err := c.nc.Write(b)
+			return err
+		default:
+			c.closeTail()
+			return err
+		}
+	}
+	return nil
+}
+
+// setTail makes fd the connection's tail, unless the server closed the
+// connection meanwhile: then fd is closed, and the answer's writes fail on
+// the closed connection.
+func (c *sconn) setTail(fd int) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.state.Load() == stateClosed {
+		_ = unix.Close(fd)
+		return
+	}
+	c.tail, c.hasTail = fd, true
+}
+
+// dropTail takes the tail from the connection (under the server's lock,
+// against abortTail).
+func (c *sconn) dropTail() (int, bool) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	fd, ok := c.tail, c.hasTail
+	c.hasTail = false
+	return fd, ok
+}
+
+// untail gives the tail back to the runtime as the connection's socket.
+func (c *sconn) untail() error {
+	fd, ok := c.dropTail()
+	if !ok {
+		return net.ErrClosed
+	}
+	nc, err := fileConn(fd)
+	if err != nil {
+		return err
+	}
+	c.replaceConn(nc)
+	return nil
+}
+
+// closeTail closes the tail.
+func (c *sconn) closeTail() {
+	if fd, ok := c.dropTail(); ok {
+		_ = unix.Close(fd)
+	}
+}
+
+// abortTail, under the server's lock (Server.Close), shuts the tail down:
+// its writes fail from then on. Its owner closes it.
+func (c *sconn) abortTail() {
+	if c.hasTail {
+		_ = unix.Shutdown(c.tail, unix.SHUT_RDWR)
+	}
 }
 
 // findResponse returns the h1 response under w's wrappers (Unwrap), or nil.

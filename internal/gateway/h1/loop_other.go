@@ -20,5 +20,11 @@ func LoopStats() (streams, held int64) { return 0, 0 }
 
 func rawRead(int, []byte) (int, error) { panic("h1: no event loop here") }
 
+// A connection has no tail without an event loop (loop_linux.go).
+func (c *sconn) writeTail([]byte) error { return errors.ErrUnsupported }
+func (c *sconn) untail() error          { return errors.ErrUnsupported }
+func (c *sconn) closeTail()             {}
+func (c *sconn) abortTail()             {}
+
 // ErrClientGone is never returned here (see loop_linux.go).
 var ErrClientGone = errors.New("h1: client connection closed")

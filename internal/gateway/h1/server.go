@@ -216,6 +216,7 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.state.Store(stateClosed)
 		_ = c.nc.Close()
+		c.abortTail()
 		c.cancel()
 	}
 	return nil
@@ -265,6 +266,17 @@ type sconn struct {
 	linger   bool // closing with request bytes unread
 
 	loop *loopStream // the answer's stream while an event loop carries it
+	// After a stream on an event loop, when the connection closes after the
+	// answer: the client socket's own descriptor, not given back to the
+	// runtime (hasTail), on which the answer's last bytes go out (writeTail).
+	tail    int
+	hasTail bool
+}
+
+// closesAfter reports whether the connection closes once w's answer is
+// sent (as serveOne decides it, from what is known before the end).
+func (c *sconn) closesAfter(w *response) bool {
+	return w.req.Close || w.closeAfter || c.s.shutdown.Load()
 }
 
 // replaceConn puts nc in place of the connection's socket, given back by
@@ -403,6 +415,13 @@ func (c *sconn) close() {
 	if c.watch != nil {
 		c.watch.Stop()
 	}
+	if c.hasTail {
+		if !c.linger {
+			c.closeTail()
+		} else if err := c.untail(); err != nil {
+			c.linger = false
+		}
+	}
 	if c.linger {
 		c.lingerClose()
 	}
@@ -533,6 +552,12 @@ func (c *sconn) write(w *response, b []byte) {
 		}
 		return
 	}
+	if c.hasTail {
+		if err := c.writeTail(b); err != nil {
+			w.err, w.closeAfter = err, true
+		}
+		return
+	}
 	if _, err := c.nc.Write(b); err != nil {
 		w.err, w.closeAfter = err, true
 	}
@@ -542,7 +567,7 @@ func (c *sconn) writeBuffers(w *response, bufs *net.Buffers) {
 	if w.err != nil {
 		return
 	}
-	if c.loop != nil {
+	if c.loop != nil || c.hasTail {
 		for _, b := range *bufs {
 			c.write(w, b)
 		}
