@@ -916,9 +916,12 @@ func (e *exchange) failKeptBackend(resp *http.Response) {
 func (e *exchange) writeHead(a *attempt, stream bool) (*directStream, int) {
 	g, u, resp := e.g, a.u, a.resp
 	h := e.w.Header()
-	removeHopHeaders(resp.Header)
+	if conn := resp.Header["Connection"]; conn != nil {
+		removeListedHeaders(resp.Header, conn)
+	}
 	for k, vv := range resp.Header {
 		switch {
+		case isHopHeader(k):
 		case g.cors == nil:
 			h[k] = vv
 		case isCORSHeader(k):

@@ -1,6 +1,8 @@
 package h1
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,5 +348,50 @@ func TestTruncatedBodiesFail(t *testing.T) {
 		if !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("%q: read %v, want unexpected EOF", a, err)
 		}
+	}
+}
+
+// TestWriteRequestHeaders: the request head carries every header but those
+// the client writes itself (Host, User-Agent, Content-Length,
+// Transfer-Encoding, Trailer, Connection), each value as
+// http.Header.Write writes it (CR and LF made spaces, the ends trimmed):
+// read back with net/http's own parser, the fields are those of the
+// standard library's writer.
+func TestWriteRequestHeaders(t *testing.T) {
+	cases := []struct {
+		name string
+		h    http.Header
+	}{
+		{"plain", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer x"}}},
+		{"several values", http.Header{"Accept": {"a", "b"}, "X-Forwarded-For": {"10.0.0.1, 10.0.0.2"}}},
+		{"excluded keys", http.Header{"Connection": {"close"}, "Trailer": {"X"}, "Transfer-Encoding": {"chunked"}, "Content-Length": {"9"}, "X-Kept": {"1"}}},
+		{"spaces around", http.Header{"X-A": {"  v \t"}, "X-B": {""}}},
+		{"CR and LF inside", http.Header{"X-A": {"a\r\nInjected: yes"}, "X-B": {"\r\nb\n"}, "X-C": {"a\rb\nc"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, "http://backend/p", nil)
+			req.Header = tc.h
+			var wb bytes.Buffer
+			if err := writeRequest(&wb, req); err != nil {
+				t.Fatal(err)
+			}
+			got, err := http.ReadRequest(bufio.NewReader(&wb))
+			if err != nil {
+				t.Fatalf("reading back %q: %v", wb.String(), err)
+			}
+			// What net/http's writer makes of the same header.
+			var std bytes.Buffer
+			if err := tc.h.WriteSubset(&std, map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true, "Connection": true}); err != nil {
+				t.Fatal(err)
+			}
+			want, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET /p HTTP/1.1\r\nHost: backend\r\n" + std.String() + "\r\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Header, want.Header) {
+				t.Fatalf("header read back\n%v\nwant (net/http's writer)\n%v", got.Header, want.Header)
+			}
+		})
 	}
 }
