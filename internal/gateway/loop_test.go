@@ -24,8 +24,8 @@ import (
 
 func needLoop(t *testing.T) {
 	t.Helper()
-	if streamLoop != "on" || serverEngine != "h1" {
-		t.Skipf("streams are not carried by the event loop in this build (streamLoop %q, serverEngine %q)", streamLoop, serverEngine)
+	if streamLoop != "on" || serverEngine != "h1" || backendClient != "h1" {
+		t.Skipf("streams are not carried by the event loop in this build (streamLoop %q, serverEngine %q, backendClient %q)", streamLoop, serverEngine, backendClient)
 	}
 }
 

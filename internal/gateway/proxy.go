@@ -108,6 +108,7 @@ type attempt struct {
 	ctx     *attemptCtx // the attempt's; ended by ctx.cancel
 	resp    *http.Response
 	latency time.Duration
+	sent    *sentBody // the request body handed to a Transport
 }
 
 // cancel ends the attempt (see attemptCtx.cancel).
@@ -602,11 +603,54 @@ type replayBody struct{ bytes.Reader }
 
 func (*replayBody) Close() error { return nil }
 
-func newReplayBody(b []byte) *replayBody {
-	rb := &replayBody{}
-	rb.Reset(b)
-	return rb
+// sentBody is an attempt's request body for a Transport: readers over the
+// buffered body (the first, then one per GetBody), which the exchange can
+// let go of (drop) while the Transport still holds the request.
+type sentBody struct {
+	mu  sync.Mutex
+	b   []byte
+	eof bool // the last reader handed out has read every byte
 }
+
+func (s *sentBody) reader() io.ReadCloser {
+	s.mu.Lock()
+	s.eof = false
+	s.mu.Unlock()
+	return &sentReader{s: s}
+}
+
+func (s *sentBody) getBody() (io.ReadCloser, error) { return s.reader(), nil }
+
+// drop lets go of the bytes if the write has read them all: one still
+// under way keeps them (a backend may answer before it has read the
+// request).
+func (s *sentBody) drop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.eof {
+		s.b = nil
+	}
+}
+
+type sentReader struct {
+	s   *sentBody
+	off int
+}
+
+func (r *sentReader) Read(p []byte) (int, error) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.off >= len(s.b) {
+		s.eof = true
+		return 0, io.EOF
+	}
+	n := copy(p, s.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (*sentReader) Close() error { return nil }
 
 // try sends one attempt to u. The attempt's context is the client's (the
 // client going away cancels it) and is also cancelled, with errBackendDown,
@@ -643,10 +687,12 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 		out.Body = &e.replay
 	default:
 		// A Transport may still read the body after RoundTrip returned,
-		// and may ask for it again (GetBody).
-		body := e.body
-		out.Body = newReplayBody(body)
-		out.GetBody = func() (io.ReadCloser, error) { return newReplayBody(body), nil }
+		// and may ask for it again (GetBody). It also keeps the request
+		// while the answer streams: the bytes are let go at commit
+		// (forgetRequest) through a.sent, once a write has read them all.
+		a.sent = &sentBody{b: e.body}
+		out.Body = a.sent.reader()
+		out.GetBody = a.sent.getBody
 	}
 	u.requests.Add(1)
 	t0 := time.Now()
@@ -776,6 +822,9 @@ func (e *exchange) forgetRequest(a *attempt) {
 	e.body, e.prefix = nil, nil
 	e.outHdr = nil
 	e.replay.Reset(nil)
+	if a.sent != nil {
+		a.sent.drop()
+	}
 	a.resp.Request = nil
 }
 
