@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
@@ -243,5 +245,44 @@ func TestLoopStreamServerCloseEndsIt(t *testing.T) {
 	waitUntil(t, "the gateway lets go", func() bool { return h.g.InFlight("a") == 0 })
 	if s := status(t, h.g, "a"); s.Failures != 0 {
 		t.Fatalf("Close counted against the backend: %+v", s)
+	}
+}
+
+// TestLoopMetrics: the registry exports the event loop's counters, the
+// streams it carried and the holds for slow clients, as h1.LoopStats has
+// them.
+func TestLoopMetrics(t *testing.T) {
+	needLoop(t)
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, Options{Registry: reg})
+	h.g.SetBackends("p", []Backend{linesBackend(t, "a", streamLines()).backend("p")})
+	before := loopCarried()
+	c, err := net.Dial("tcp", h.srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	postStream(t, c, br)
+	readChunked(t, br)
+	value := func(name string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("%s not exported", name)
+		return 0
+	}
+	streams, holds := h1.LoopStats()
+	if got := value("tidegpu_gateway_stream_loop_streams_total"); got != float64(streams) || streams <= before {
+		t.Fatalf("tidegpu_gateway_stream_loop_streams_total = %v, want %d (more than %d before the stream)", got, streams, before)
+	}
+	if got := value("tidegpu_gateway_stream_loop_holds_total"); got != float64(holds) {
+		t.Fatalf("tidegpu_gateway_stream_loop_holds_total = %v, want %d", got, holds)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // noBackend is the pool and backend label of requests that no backend
@@ -85,7 +87,17 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help: "Requests answered 429 by the fair queue of a saturated pool (\"any\": requests naming no pool), by tenant (empty without API keys) and reason: full (the queue was full of requests that go first), displaced (a request that goes first took its place), wait (it waited --backend-queue-wait).",
 		}, []string{"pool", "tenant", "reason"}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, m.shed, &stateCollector{g: g}}
+	// The event loop's counters are the process's (h1.LoopStats): one
+	// gateway per registry in every binary.
+	loopStreams := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tidegpu_gateway_stream_loop_streams_total",
+		Help: "Streams carried by an event loop (both sockets out of the runtime's poller while the stream lasts). Streams it cannot take, such as those of HTTP/1.0 clients or with a known body length, are copied on their handler's goroutine instead.",
+	}, func() float64 { n, _ := h1.LoopStats(); return float64(n) })
+	loopHolds := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tidegpu_gateway_stream_loop_holds_total",
+		Help: "Times an event loop held a stream's bytes for a client slower than its backend (its backend is not read until the client takes them).",
+	}, func() float64 { _, n := h1.LoopStats(); return float64(n) })
+	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, m.shed, &stateCollector{g: g}, loopStreams, loopHolds}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {
