@@ -40,5 +40,8 @@ func newBackendClient(dialTimeout, headerTimeout time.Duration) *h1.Client {
 		ResponseHeaderTimeout: headerTimeout,
 		IdleTimeout:           90 * time.Second,
 		MaxIdlePerHost:        256,
+		// The answers' fields are passed on to the client as they came
+		// (writeHead), without a header map.
+		PassHeads: true,
 	})
 }

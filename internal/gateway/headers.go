@@ -4,7 +4,10 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 (and the
@@ -154,4 +157,28 @@ func ownValues(h http.Header) {
 		all = append(all, vv...)
 		h[k] = all[start:len(all):len(all)]
 	}
+}
+
+// passable drops from f, in place, the hop-by-hop fields: hopHeaders and
+// the names its Connection fields list.
+func passable(f h1.Fields) h1.Fields {
+	var conn []string
+	for _, x := range f {
+		if x.Name == "Connection" {
+			conn = append(conn, x.Value)
+		}
+	}
+	return slices.DeleteFunc(f, func(x h1.Field) bool {
+		if isHopHeader(x.Name) {
+			return true
+		}
+		for _, v := range conn {
+			for t := range strings.SplitSeq(v, ",") {
+				if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == x.Name {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }

@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"testing"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // TestOwnValues: the values are equal and no longer share the request's
@@ -63,6 +67,99 @@ func TestSentBodyDrop(t *testing.T) {
 			s.drop()
 			if released := s.b == nil; released != tc.released {
 				t.Fatalf("bytes let go: %v, want %v", released, tc.released)
+			}
+		})
+	}
+}
+
+// TestAnswerHeadersPassedOn: a backend's answer fields reach the client
+// as they came (several values of one name in order, its own Date) but for
+// the hop-by-hop ones (Keep-Alive, those its Connection names) and the
+// gateway's own X-Tidegpu-Backend, which is the gateway's alone: on the h1
+// server, where the h1 client's fields are written without a header map
+// (h1.PassFields), on net/http's server and with a CORS policy, where they
+// go through the header map.
+func TestAnswerHeadersPassedOn(t *testing.T) {
+	const date = "Mon, 02 Jan 2006 15:04:05 GMT"
+	be := newBackend(t, "a", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h["Connection"] = []string{"X-Secret"}
+		h["X-Secret"] = []string{"s"}
+		h["Keep-Alive"] = []string{"timeout=5"}
+		h["Set-Cookie"] = []string{"a=1", "b=2"}
+		h["X-Custom"] = []string{"kept"}
+		h["Date"] = []string{date}
+		h[BackendHeader] = []string{"spoofed"}
+		h["Content-Type"] = []string{"application/json"}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	for _, tc := range []struct {
+		name   string
+		engine string
+		opts   Options
+	}{
+		{"h1 server", "h1", Options{}},
+		{"net/http server", "nethttp", Options{}},
+		{"CORS policy", "h1", Options{CORS: &CORS{AllowedOrigins: []string{"*"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessOn(t, tc.opts, tc.engine)
+			h.g.SetBackends("p", []Backend{be.backend("p")})
+			c, err := net.Dial("tcp", h.srv.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, _ = io.WriteString(c, "GET /api/tags HTTP/1.1\r\nHost: gw\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			got := resp.Header
+			for k, want := range map[string][]string{
+				"Set-Cookie":   {"a=1", "b=2"},
+				"X-Custom":     {"kept"},
+				"Date":         {date},
+				BackendHeader:  {"a"},
+				"Content-Type": {"application/json"},
+			} {
+				if !reflect.DeepEqual(got[k], want) {
+					t.Errorf("%s: %q, want %q", k, got[k], want)
+				}
+			}
+			for _, k := range []string{"X-Secret", "Keep-Alive"} {
+				if v, ok := got[k]; ok {
+					t.Errorf("hop-by-hop %s passed on: %q", k, v)
+				}
+			}
+			if string(body) != `{"ok":true}` || resp.ContentLength != int64(len(body)) {
+				t.Errorf("body %q, Content-Length %d", body, resp.ContentLength)
+			}
+		})
+	}
+}
+
+// TestPassable: the fields passed on lose the hop-by-hop ones and those
+// their Connection fields name, whatever the case of the names there.
+func TestPassable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   h1.Fields
+		want []string
+	}{
+		{"none", h1.Fields{{Name: "Content-Type", Value: "a"}, {Name: "Date", Value: "d"}}, []string{"Content-Type", "Date"}},
+		{"hop-by-hop", h1.Fields{{Name: "Keep-Alive", Value: "t"}, {Name: "X-A", Value: "1"}, {Name: "Transfer-Encoding", Value: "chunked"}, {Name: "Upgrade", Value: "h2c"}}, []string{"X-A"}},
+		{"named by Connection", h1.Fields{{Name: "Connection", Value: "x-secret, keep-alive"}, {Name: "X-Secret", Value: "s"}, {Name: "X-B", Value: "2"}}, []string{"X-B"}},
+		{"empty", h1.Fields{}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			names := []string{}
+			for _, f := range passable(tc.in) {
+				names = append(names, f.Name)
+			}
+			if !reflect.DeepEqual(names, tc.want) {
+				t.Fatalf("passed %q, want %q", names, tc.want)
 			}
 		})
 	}

@@ -395,8 +395,8 @@ func (e *exchange) serve() (attempt, bool) {
 			if a.resp.StatusCode >= 500 {
 				g.recordFailure(u, "status "+a.resp.Status, false)
 			} else {
-				g.recordSuccess(u, a.latency, isStream(a.resp.Header))
-				if g.prefix != nil && isStream(a.resp.Header) {
+				g.recordSuccess(u, a.latency, isStream(a.resp))
+				if g.prefix != nil && isStream(a.resp) {
 					g.prefix.observe(e.prefixPick, a.latency)
 				}
 			}
@@ -773,14 +773,14 @@ func (e *exchange) commit(a *attempt) {
 func (e *exchange) open(a *attempt) bool {
 	g, u, resp := e.g, a.u, a.resp
 	var strip *usageStrip
-	if e.stripUsage && resp.StatusCode == http.StatusOK && hasPrefixFold(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if e.stripUsage && resp.StatusCode == http.StatusOK && hasPrefixFold(contentType(resp), "text/event-stream") {
 		model := e.model
 		if !e.hasModel {
 			model, _ = requestModel(e.body)
 		}
 		strip = &usageStrip{report: withUsageHook(e.r.Context(), g.onUsage), backend: u.id, reqModel: model}
 	}
-	stream := resp.ContentLength == -1 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	stream := resp.ContentLength == -1 || strings.HasPrefix(contentType(resp), "text/event-stream")
 	if e.kept && resp.StatusCode != http.StatusOK {
 		e.failKeptBackend(resp)
 		return false
@@ -965,6 +965,24 @@ func (e *exchange) failKeptBackend(resp *http.Response) {
 func (e *exchange) writeHead(a *attempt, stream bool) (*directStream, int) {
 	g, u, resp := e.g, a.u, a.resp
 	h := e.w.Header()
+	if fields, ok := h1.PassedFields(resp); ok {
+		// Passed on as they came but for the hop-by-hop fields, without a
+		// header map, when the writer is the h1 server's and the gateway's
+		// CORS policy does not rewrite them; else into the header.
+		fields = passable(fields)
+		if g.cors == nil && h1.PassFields(e.w, fields) {
+			fields = nil
+		}
+		for _, f := range fields {
+			switch {
+			case g.cors == nil:
+				h[f.Name] = append(h[f.Name], f.Value)
+			case isCORSHeader(f.Name):
+			default:
+				h[f.Name] = append(h[f.Name], f.Value)
+			}
+		}
+	}
 	if conn := resp.Header["Connection"]; conn != nil {
 		removeListedHeaders(resp.Header, conn)
 	}
@@ -1022,10 +1040,19 @@ func (e *exchange) midStreamFailure(a *attempt, rerr error) {
 	panic(http.ErrAbortHandler)
 }
 
+// contentType returns the answer's Content-Type, from its passed fields
+// (h1.Options.PassHeads) or its header.
+func contentType(resp *http.Response) string {
+	if f, ok := h1.PassedFields(resp); ok {
+		return f.Get("Content-Type")
+	}
+	return resp.Header.Get("Content-Type")
+}
+
 // isStream reports whether a response is a token stream by its media
 // type: NDJSON (Ollama) or Server-Sent Events (OpenAI API, vLLM).
-func isStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
+func isStream(resp *http.Response) bool {
+	ct := contentType(resp)
 	return hasPrefixFold(ct, "application/x-ndjson") || hasPrefixFold(ct, "text/event-stream")
 }
 

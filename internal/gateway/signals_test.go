@@ -222,7 +222,7 @@ func TestStreamedAndCompleteLatenciesApart(t *testing.T) {
 		want bool
 	}{{"application/x-ndjson", true}, {"text/event-stream; charset=utf-8", true}, {"Text/Event-Stream", true},
 		{"application/json", false}, {"", false}, {"text/plain", false}} {
-		if got := isStream(http.Header{"Content-Type": {tt.ct}}); got != tt.want {
+		if got := isStream(&http.Response{Header: http.Header{"Content-Type": {tt.ct}}}); got != tt.want {
 			t.Errorf("isStream(%q) = %v", tt.ct, got)
 		}
 	}

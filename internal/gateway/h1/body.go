@@ -24,15 +24,16 @@ const (
 // the response allows it); closing it before the end closes the
 // connection. It is not safe for concurrent use.
 type Body struct {
-	c     *conn // nil once finished or closed
-	cl    *Client
-	resp  *http.Response
-	kind  bodyKind
-	left  int64 // bodyLength: bytes to go
-	dec   chunkDecoder
-	reuse bool
-	err   error // sticky: io.EOF at the end, or the failure
-	out   int   // bytes the last Next returned, not yet taken
+	c      *conn // nil once finished or closed
+	cl     *Client
+	resp   *http.Response
+	fields Fields // the head's fields, with Options.PassHeads
+	kind   bodyKind
+	left   int64 // bodyLength: bytes to go
+	dec    chunkDecoder
+	reuse  bool
+	err    error // sticky: io.EOF at the end, or the failure
+	out    int   // bytes the last Next returned, not yet taken
 }
 
 // Next returns the next bytes of the body, waiting for them without

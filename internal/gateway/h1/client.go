@@ -43,6 +43,7 @@ type Client struct {
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
 	maxIdle       int
+	passHeads     bool
 
 	mu     sync.Mutex
 	idle   map[string][]*conn // LIFO per address
@@ -61,11 +62,15 @@ type Options struct {
 	IdleTimeout time.Duration
 	// MaxIdlePerHost bounds the pooled connections per address; 0 means 256.
 	MaxIdlePerHost int
+	// PassHeads keeps an answer's header fields as they came (Fields,
+	// PassedFields) instead of in Response.Header, which is then nil: for
+	// a proxy that passes them on (PassFields).
+	PassHeads bool
 }
 
 // New returns a Client.
 func New(o Options) *Client {
-	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, idle: map[string][]*conn{}}
+	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, passHeads: o.PassHeads, idle: map[string][]*conn{}}
 	if c.dial == nil {
 		c.dial = (&net.Dialer{Timeout: 30 * time.Second}).DialContext
 	}
@@ -146,9 +151,10 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 		return nil, cl.headerErr(err)
 	}
 	var resp *http.Response
+	var fields Fields
 	for {
 		var err error
-		resp, err = readResponseHead(c, req)
+		resp, fields, err = readResponseHead(c, req, cl.passHeads)
 		if err != nil {
 			return nil, cl.headerErr(err)
 		}
@@ -160,7 +166,7 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 	if cl.headerTimeout > 0 {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	b := &Body{c: c, cl: cl, resp: resp}
+	b := &Body{c: c, cl: cl, resp: resp, fields: fields}
 	b.reuse = !resp.Close && !req.Close
 	switch {
 	case req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||

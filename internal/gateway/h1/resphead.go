@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // maxResponseHead bounds a response head (status line, header lines and
@@ -26,22 +24,22 @@ func badResp(msg string) error { return &respError{msg} }
 
 // readResponseHead reads one response head from c's buffer, reading more
 // as needed, and hands its bytes on. The response has no Body.
-func readResponseHead(c *conn, req *http.Request) (*http.Response, error) {
+func readResponseHead(c *conn, req *http.Request, pass bool) (*http.Response, Fields, error) {
 	from := 0 // where the line not yet scanned for the head's end starts
 	for {
 		buf := c.buffered()
 		n, next := scanHead(buf, from)
 		if n >= 0 {
-			resp, err := parseResponseHead(buf[:n], req)
+			resp, f, err := parseResponseHead(buf[:n], req, pass)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			c.consume(n)
-			return resp, nil
+			return resp, f, nil
 		}
 		from = next
 		if len(buf) >= maxResponseHead {
-			return nil, errResponseHeadTooLarge
+			return nil, nil, errResponseHeadTooLarge
 		}
 		if c.raw != nil && len(buf) == len(*c.raw) {
 			// The buffer is full of an unfinished head: a larger one.
@@ -51,7 +49,7 @@ func readResponseHead(c *conn, req *http.Request) (*http.Response, error) {
 			c.raw, c.r, c.w = &nb, 0, m
 		}
 		if err := c.readMore(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 }
@@ -86,7 +84,7 @@ func scanHead(b []byte, from int) (int, int) {
 // response nor one other than a single chunked, no Transfer-Encoding with
 // a Content-Length, no differing Content-Lengths, nor one that is not
 // digits.
-func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
+func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, Fields, error) {
 	// Line ends (the index of each LF), and the header names canonicalised
 	// in place, so that the one string made below holds them in their final
 	// form.
@@ -95,7 +93,7 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 	for start := 0; ; {
 		i := bytes.IndexByte(b[start:], '\n')
 		if i < 0 {
-			return nil, badResp("unterminated response head")
+			return nil, nil, badResp("unterminated response head")
 		}
 		end := start + i
 		line := b[start:end]
@@ -109,12 +107,12 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 			colon := bytes.IndexByte(line, ':')
 			if colon <= 0 {
 				if line[0] == ' ' || line[0] == '\t' {
-					return nil, badResp("folded header line (obs-fold) in response")
+					return nil, nil, badResp("folded header line (obs-fold) in response")
 				}
-				return nil, badResp("malformed response header line " + quote(line))
+				return nil, nil, badResp("malformed response header line " + quote(line))
 			}
 			if !validFieldName(line[:colon]) {
-				return nil, badResp("invalid response header name " + quote(line[:colon]))
+				return nil, nil, badResp("invalid response header name " + quote(line[:colon]))
 			}
 			canonicalize(line[:colon])
 		}
@@ -122,7 +120,7 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 		start = end + 1
 	}
 	if len(ends) == 0 {
-		return nil, badResp("malformed HTTP response: empty status line")
+		return nil, nil, badResp("malformed HTTP response: empty status line")
 	}
 	s := string(b)
 
@@ -130,12 +128,12 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 	status := lineAt(s, 0, ends[0])
 	for i := 0; i < len(status); i++ {
 		if c := status[i]; c < ' ' || c == 0x7f {
-			return nil, badResp("control character in status line " + strconv.Quote(status))
+			return nil, nil, badResp("control character in status line " + strconv.Quote(status))
 		}
 	}
 	proto, rest, ok := strings.Cut(status, " ")
 	if !ok {
-		return nil, badResp("malformed HTTP response " + strconv.Quote(status))
+		return nil, nil, badResp("malformed HTTP response " + strconv.Quote(status))
 	}
 	resp := &http.Response{Request: req, ProtoMajor: 1}
 	switch proto {
@@ -144,73 +142,96 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 	case "HTTP/1.0":
 		resp.Proto, resp.ProtoMinor = "HTTP/1.0", 0
 	default:
-		return nil, badResp("unsupported HTTP version " + strconv.Quote(proto))
+		return nil, nil, badResp("unsupported HTTP version " + strconv.Quote(proto))
 	}
 	resp.Status = strings.TrimLeft(rest, " ")
 	code, _, _ := strings.Cut(resp.Status, " ")
 	if len(code) != 3 || code[0] < '1' || code[0] > '9' || code[1] < '0' || code[1] > '9' || code[2] < '0' || code[2] > '9' {
-		return nil, badResp("malformed HTTP status code " + strconv.Quote(code))
+		return nil, nil, badResp("malformed HTTP status code " + strconv.Quote(code))
 	}
 	resp.StatusCode = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
 
-	// The header: one map sized to the lines, one backing array of values.
+	// The header: one map sized to the lines, one backing array of values;
+	// or, passed on, the lines as they are (Fields). The framing fields are
+	// gathered from either.
 	n := len(ends) - 1
-	h := make(http.Header, n)
-	vals := make([]string, n)
+	var (
+		h      http.Header
+		fields Fields
+		fr     framingFields
+	)
 	start := ends[0] + 1
-	for i, end := range ends[1:] {
-		line := lineAt(s, start, end)
-		start = end + 1
-		if key, ok := addField(h, vals, i, line); !ok {
-			return nil, badResp("invalid value of response header " + key)
+	if pass {
+		fields = make(Fields, 0, n)
+		for _, end := range ends[1:] {
+			line := lineAt(s, start, end)
+			start = end + 1
+			key, v, ok := splitField(line)
+			if !ok {
+				return nil, nil, badResp("invalid value of response header " + key)
+			}
+			fields = append(fields, Field{Name: key, Value: v})
+			fr.add(key, v)
 		}
-	}
-	resp.Header = h
-	if p := h["Pragma"]; len(p) > 0 && p[0] == "no-cache" && h["Cache-Control"] == nil {
-		h["Cache-Control"] = []string{"no-cache"}
+	} else {
+		h = make(http.Header, n)
+		vals := make([]string, n)
+		for i, end := range ends[1:] {
+			line := lineAt(s, start, end)
+			start = end + 1
+			if key, ok := addField(h, vals, i, line); !ok {
+				return nil, nil, badResp("invalid value of response header " + key)
+			}
+		}
+		resp.Header = h
+		if p := h["Pragma"]; len(p) > 0 && p[0] == "no-cache" && h["Cache-Control"] == nil {
+			h["Cache-Control"] = []string{"no-cache"}
+		}
+		for _, k := range [...]string{"Connection", "Transfer-Encoding", "Content-Length", "Trailer"} {
+			for _, v := range h[k] {
+				fr.add(k, v)
+			}
+		}
 	}
 
 	// Connection, as net/http's shouldClose (it removes a Connection:
 	// close of HTTP/1.1).
-	conn := h["Connection"]
-	hasClose := httpguts.HeaderValuesContainsToken(conn, "close")
 	if resp.ProtoMinor == 0 {
-		resp.Close = hasClose || !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
+		resp.Close = fr.close || !fr.keepAlive
 	} else {
-		resp.Close = hasClose
-		if hasClose {
+		resp.Close = fr.close
+		if fr.close && h != nil {
 			delete(h, "Connection")
 		}
 	}
 
-	te, cl := h["Transfer-Encoding"], h["Content-Length"]
 	chunked := false
-	if te != nil {
+	if fr.te > 0 {
 		switch {
 		case resp.ProtoMinor == 0:
-			return nil, badResp("Transfer-Encoding in an HTTP/1.0 response")
-		case cl != nil:
-			return nil, badResp("both Transfer-Encoding and Content-Length in response")
-		case len(te) != 1 || !strings.EqualFold(te[0], "chunked"):
-			return nil, badResp("unsupported transfer encoding " + strconv.Quote(strings.Join(te, ", ")))
+			return nil, nil, badResp("Transfer-Encoding in an HTTP/1.0 response")
+		case fr.cl > 0:
+			return nil, nil, badResp("both Transfer-Encoding and Content-Length in response")
+		case fr.te != 1 || !strings.EqualFold(fr.te0, "chunked"):
+			return nil, nil, badResp("unsupported transfer encoding " + strconv.Quote(fr.teAll))
 		}
-		delete(h, "Transfer-Encoding")
+		if h != nil {
+			delete(h, "Transfer-Encoding")
+		}
 		resp.TransferEncoding = chunkedCoding
 		chunked = true
 	}
 	length := int64(-1)
-	if cl != nil {
-		for _, v := range cl[1:] {
-			if v != cl[0] {
-				return nil, badResp("differing Content-Length headers in response")
-			}
+	if fr.cl > 0 {
+		if fr.clDiffer {
+			return nil, nil, badResp("differing Content-Length headers in response")
 		}
-		if len(cl) > 1 {
+		if cl := h["Content-Length"]; len(cl) > 1 {
 			h["Content-Length"] = cl[:1:1]
 		}
 		var ok bool
-		if length, ok = parseLength(cl[0]); !ok {
-			return nil, badResp("invalid Content-Length " + strconv.Quote(cl[0]))
+		if length, ok = parseLength(fr.cl0); !ok {
+			return nil, nil, badResp("invalid Content-Length " + strconv.Quote(fr.cl0))
 		}
 	}
 
@@ -233,10 +254,12 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 		}
 	}
 
-	if tr, ok := h["Trailer"]; ok && chunked {
-		delete(h, "Trailer")
+	if len(fr.trailer) > 0 && chunked {
+		if h != nil {
+			delete(h, "Trailer")
+		}
 		resp.Trailer = http.Header{}
-		for _, v := range tr {
+		for _, v := range fr.trailer {
 			for _, k := range strings.Split(v, ",") {
 				k = strings.Trim(k, " \t")
 				if k == "" {
@@ -245,7 +268,7 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 				k = http.CanonicalHeaderKey(k)
 				switch k {
 				case "Transfer-Encoding", "Trailer", "Content-Length":
-					return nil, badResp("bad trailer key " + strconv.Quote(k))
+					return nil, nil, badResp("bad trailer key " + strconv.Quote(k))
 				}
 				resp.Trailer[k] = nil
 			}
@@ -254,7 +277,50 @@ func parseResponseHead(b []byte, req *http.Request) (*http.Response, error) {
 			resp.Trailer = nil
 		}
 	}
-	return resp, nil
+	return resp, fields, nil
+}
+
+// framingFields are what a response head's framing fields say, gathered
+// from its lines or its header map.
+type framingFields struct {
+	close, keepAlive bool // Connection tokens
+	te               int  // Transfer-Encoding values
+	te0, teAll       string
+	cl               int // Content-Length values
+	cl0              string
+	clDiffer         bool
+	trailer          []string
+}
+
+// add takes in one field of the head (the name canonical).
+func (f *framingFields) add(k, v string) {
+	switch k {
+	case "Connection":
+		for t := range strings.SplitSeq(v, ",") {
+			switch t = strings.Trim(t, " \t"); {
+			case strings.EqualFold(t, "close"):
+				f.close = true
+			case strings.EqualFold(t, "keep-alive"):
+				f.keepAlive = true
+			}
+		}
+	case "Transfer-Encoding":
+		if f.te == 0 {
+			f.te0, f.teAll = v, v
+		} else {
+			f.teAll += ", " + v
+		}
+		f.te++
+	case "Content-Length":
+		if f.cl == 0 {
+			f.cl0 = v
+		} else if v != f.cl0 {
+			f.clDiffer = true
+		}
+		f.cl++
+	case "Trailer":
+		f.trailer = append(f.trailer, v)
+	}
 }
 
 // chunkedCoding is the TransferEncoding of a chunked response or request,

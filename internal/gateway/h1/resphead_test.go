@@ -107,13 +107,21 @@ func TestParseResponseHead(t *testing.T) {
 			if req == nil {
 				req = get
 			}
-			resp, err := parseResponseHead([]byte(tc.in), req)
+			resp, _, err := parseResponseHead([]byte(tc.in), req, false)
+			passed, fields, perr := parseResponseHead([]byte(tc.in), req, true)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want one about %q", err, tc.err)
 				}
+				if perr == nil || !strings.Contains(perr.Error(), tc.err) {
+					t.Fatalf("passing the fields: err = %v, want one about %q", perr, tc.err)
+				}
 				return
 			}
+			if perr != nil {
+				t.Fatalf("passing the fields: %v", perr)
+			}
+			samePassed(t, resp, passed, fields)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +151,7 @@ func TestLongResponseHead(t *testing.T) {
 		}()
 		c := newConn(b, "pipe")
 		req, _ := http.NewRequest("GET", "http://x/", nil)
-		resp, err := readResponseHead(c, req)
+		resp, _, err := readResponseHead(c, req, false)
 		if !tc.ok {
 			if !errors.Is(err, errResponseHeadTooLarge) {
 				t.Errorf("size %d: err = %v, want errResponseHeadTooLarge", tc.size, err)
@@ -231,10 +239,15 @@ func FuzzReadResponseHead(f *testing.F) {
 			return
 		}
 		head := bytes.Clone(data[:n])
-		ours, err := parseResponseHead(head, req)
+		ours, _, err := parseResponseHead(head, req, false)
+		passed, fields, perr := parseResponseHead(bytes.Clone(data[:n]), req, true)
+		if (err == nil) != (perr == nil) {
+			t.Fatalf("%q: with a header map err = %v, passing the fields err = %v", data[:n], err, perr)
+		}
 		if err != nil {
 			return
 		}
+		samePassed(t, ours, passed, fields)
 		theirs, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(data[:n])), req)
 		if err != nil {
 			t.Fatalf("%q: we accept, net/http refuses: %v", data[:n], err)
@@ -256,4 +269,34 @@ func FuzzReadResponseHead(f *testing.F) {
 			t.Fatalf("%q: Trailer ours %q, theirs %q", data[:n], ours.Trailer, theirs.Trailer)
 		}
 	})
+}
+
+// samePassed fails unless a head parsed with its fields passed on (Fields)
+// says what the same head parsed into a header map says: the same framing,
+// and the same fields once the framing ones are set aside.
+func samePassed(t *testing.T, resp, passed *http.Response, fields Fields) {
+	t.Helper()
+	if passed.Header != nil {
+		t.Fatalf("passing the fields: Header %v, want nil", passed.Header)
+	}
+	if resp.StatusCode != passed.StatusCode || resp.Status != passed.Status || resp.ProtoMinor != passed.ProtoMinor ||
+		resp.ContentLength != passed.ContentLength || resp.Close != passed.Close ||
+		!reflect.DeepEqual(resp.TransferEncoding, passed.TransferEncoding) || !reflect.DeepEqual(resp.Trailer, passed.Trailer) {
+		t.Fatalf("passing the fields: %+v\nwith a header map: %+v", passed, resp)
+	}
+	folded := http.Header{}
+	for _, f := range fields {
+		folded[f.Name] = append(folded[f.Name], f.Value)
+	}
+	mapped := resp.Header.Clone()
+	for _, k := range []string{"Connection", "Transfer-Encoding", "Content-Length", "Trailer", "Cache-Control"} {
+		delete(folded, k)
+		delete(mapped, k)
+	}
+	if len(mapped) == 0 {
+		mapped = http.Header{}
+	}
+	if !reflect.DeepEqual(folded, mapped) {
+		t.Fatalf("passed fields %q, header map %q", folded, mapped)
+	}
 }

@@ -31,6 +31,7 @@ type response struct {
 	body *body
 
 	header      http.Header
+	pass        Fields // written after header's fields (PassFields)
 	status      int
 	wroteHeader bool // the status is decided
 	headSent    bool
@@ -119,9 +120,25 @@ func (w *response) WriteHeader(code int) {
 	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
 		w.closeAfter = true
 	}
+	for _, x := range w.pass {
+		if _, set := h[x.Name]; set {
+			continue
+		}
+		switch x.Name {
+		case "Content-Length":
+			if n, ok := parseLength(x.Value); ok && w.length < 0 {
+				w.length = n
+			}
+		case "Content-Type":
+			w.hasType = true
+		case "Date":
+			w.hasDate = true
+		}
+	}
 	hb := getBuf()
 	b := appendStatusLine((*hb)[:0], w.req.ProtoMinor, code)
 	b = appendFields(b, h)
+	b = appendPassed(b, w.pass, h)
 	*hb = b
 	w.head = hb
 }
