@@ -139,6 +139,72 @@ func outboundHeader(r *http.Request) http.Header {
 	return h
 }
 
+// shapeOutbound readies e as the h1 client's h1.Outbound: the header
+// outboundHeader would build, without building it. The client's header is
+// sent on but for the fields SkipField names; ExtraFields adds Te:
+// trailers, X-Forwarded-For, -Host and -Proto as outboundHeader sets them.
+// (No User-Agent is needed: the h1 client adds none of its own.)
+func (e *exchange) shapeOutbound() {
+	r := e.r
+	add := func(k, v string) {
+		e.outExtra[e.outN] = h1.Field{Name: k, Value: v}
+		e.outN++
+	}
+	if containsToken(r.Header["Te"], "trailers") {
+		add("Te", "trailers")
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		prior, present := r.Header["X-Forwarded-For"]
+		if present && e.listed("X-Forwarded-For") {
+			prior, present = nil, false
+		}
+		// A nil value, set by a trusted middleware, means "do not add".
+		if !present || prior != nil {
+			if len(prior) > 0 {
+				ip = strings.Join(prior, ", ") + ", " + ip
+			}
+			add("X-Forwarded-For", ip)
+			e.outOwnXFF = true
+		}
+	}
+	if !e.present("X-Forwarded-Host") && r.Host != "" {
+		add("X-Forwarded-Host", r.Host)
+	}
+	if !e.present("X-Forwarded-Proto") {
+		if r.TLS != nil {
+			add("X-Forwarded-Proto", "https")
+		} else {
+			add("X-Forwarded-Proto", "http")
+		}
+	}
+}
+
+// present reports whether the client's header has k and sends it on.
+func (e *exchange) present(k string) bool {
+	_, ok := e.r.Header[k]
+	return ok && !e.listed(k)
+}
+
+// listed reports whether the client's Connection field names k.
+func (e *exchange) listed(k string) bool {
+	for _, v := range e.r.Header["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// SkipField implements h1.Outbound: the fields outboundHeader leaves out.
+func (e *exchange) SkipField(k string) bool {
+	return isHopHeader(k) || k == "Expect" || (k == "X-Forwarded-For" && e.outOwnXFF) || e.listed(k)
+}
+
+// ExtraFields implements h1.Outbound.
+func (e *exchange) ExtraFields() h1.Fields { return e.outExtra[:e.outN] }
+
 // ownValues replaces h's value slices with copies, in one array: for a
 // Transport, which may write the request after RoundTrip returned (net/http's
 // does when the answer comes first), while the h1 server already reads the

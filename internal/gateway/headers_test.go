@@ -164,3 +164,48 @@ func TestPassable(t *testing.T) {
 		})
 	}
 }
+
+// TestShapeOutboundMatchesOutboundHeader: what the h1 client sends for an
+// exchange shaped by shapeOutbound (the client's header but SkipField's,
+// then ExtraFields) is the header outboundHeader builds for the Transport,
+// but the User-Agent placeholder, which neither client writes.
+func TestShapeOutboundMatchesOutboundHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		h      http.Header
+		remote string
+		host   string
+	}{
+		{"plain", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer k"}}, "10.0.0.9:5000", "gw"},
+		{"prior X-Forwarded-For", http.Header{"X-Forwarded-For": {"1.1.1.1", "2.2.2.2"}}, "10.0.0.9:5000", "gw"},
+		{"nil X-Forwarded-For (do not add)", http.Header{"X-Forwarded-For": nil}, "10.0.0.9:5000", "gw"},
+		{"client's X-Forwarded-Host and -Proto", http.Header{"X-Forwarded-Host": {"a.example"}, "X-Forwarded-Proto": {"https"}}, "10.0.0.9:5000", "gw"},
+		{"hop-by-hop and Expect", http.Header{"Connection": {"X-Secret, keep-alive"}, "X-Secret": {"s"}, "Keep-Alive": {"t"}, "Expect": {"100-continue"}, "Upgrade": {"websocket"}, "Proxy-Authorization": {"x"}, "X-Kept": {"1"}}, "10.0.0.9:5000", "gw"},
+		{"Connection names X-Forwarded-For", http.Header{"Connection": {"x-forwarded-for"}, "X-Forwarded-For": {"9.9.9.9"}}, "10.0.0.9:5000", "gw"},
+		{"Te: trailers", http.Header{"Te": {"trailers, deflate"}}, "10.0.0.9:5000", "gw"},
+		{"Te without trailers", http.Header{"Te": {"deflate"}}, "10.0.0.9:5000", "gw"},
+		{"no host, remote without port", http.Header{"User-Agent": {"curl/8"}}, "pipe", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &http.Request{Header: tc.h, RemoteAddr: tc.remote, Host: tc.host}
+			want := outboundHeader(r)
+			if ua := want["User-Agent"]; len(ua) == 1 && ua[0] == "" {
+				delete(want, "User-Agent")
+			}
+			e := &exchange{r: r}
+			e.shapeOutbound()
+			got := http.Header{}
+			for k, vv := range r.Header {
+				if !e.SkipField(k) {
+					got[k] = vv
+				}
+			}
+			for _, f := range e.ExtraFields() {
+				got[f.Name] = append(got[f.Name], f.Value)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("shaped %q\nwant   %q", got, want)
+			}
+		})
+	}
+}

@@ -48,19 +48,24 @@ const statusClientClosed = 499
 
 // exchange is the state of one client request across its attempts.
 type exchange struct {
-	g        *Gateway
-	w        http.ResponseWriter
-	r        *http.Request
-	start    time.Time
-	body     []byte
-	outHdr   http.Header // the outbound request's headers
-	path     string
-	rawPath  string
-	pool     string
-	tried    []*Upstream
-	deadline time.Time // end of the wait for a backend; zero until the first wait
-	model    string    // the body's "model", if hasModel
-	hasModel bool
+	g      *Gateway
+	w      http.ResponseWriter
+	r      *http.Request
+	start  time.Time
+	body   []byte
+	outHdr http.Header // the outbound request's headers (Transport)
+	// The h1 client's outbound header instead (shapeOutbound): the
+	// client's header, shaped by SkipField and ExtraFields.
+	outExtra  [4]h1.Field
+	outN      int
+	outOwnXFF bool // X-Forwarded-For is in outExtra
+	path      string
+	rawPath   string
+	pool      string
+	tried     []*Upstream
+	deadline  time.Time // end of the wait for a backend; zero until the first wait
+	model     string    // the body's "model", if hasModel
+	hasModel  bool
 	// prefix: the prompt's block hashes for the prefix-aware policy, once
 	// computed (prefixDone).
 	prefix     []uint64
@@ -266,10 +271,12 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	e := &exchange{
 		g: g, w: w, r: r, start: start, body: body, stripUsage: stripUsage,
 		path: path, rawPath: rawPath, pool: r.Header.Get(PoolHeader),
-		outHdr: outboundHeader(r),
 	}
 	e.tried = e.triedBuf[:0]
-	if g.h1 == nil {
+	if g.h1 != nil {
+		e.shapeOutbound()
+	} else {
+		e.outHdr = outboundHeader(r)
 		ownValues(e.outHdr)
 	}
 	if g.fair != nil {
@@ -609,7 +616,7 @@ func (*replayBody) Close() error { return nil }
 type sentBody struct {
 	mu  sync.Mutex
 	b   []byte
-	eof bool // the last reader handed out has read every byte
+	eof bool // the last reader handed out has been handed every byte
 }
 
 func (s *sentBody) reader() io.ReadCloser {
@@ -647,6 +654,9 @@ func (r *sentReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.b[r.off:])
 	r.off += n
+	// Every byte is handed out: the bytes are not needed again, though the
+	// Transport has yet to read the EOF (it may do so after the answer).
+	s.eof = r.off == len(s.b)
 	return n, nil
 }
 
@@ -672,6 +682,9 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 		Header:        e.outHdr,
 		ContentLength: int64(len(e.body)),
 	}
+	if e.g.h1 != nil {
+		tmpl.Header = e.r.Header // shaped by e (h1.Outbound)
+	}
 	out := tmpl.WithContext(ctx)
 	out.URL = &url.URL{Scheme: "http", Host: u.address, Path: e.path, RawPath: e.rawPath, RawQuery: e.r.URL.RawQuery}
 	// The backend's own address as Host: Ollama bound to loopback refuses
@@ -696,7 +709,13 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	}
 	u.requests.Add(1)
 	t0 := time.Now()
-	resp, err := e.g.transport.RoundTrip(out)
+	var resp *http.Response
+	var err error
+	if e.g.h1 != nil {
+		resp, err = e.g.h1.RoundTripOutbound(out, e)
+	} else {
+		resp, err = e.g.transport.RoundTrip(out)
+	}
 	a.latency = time.Since(t0)
 	if !u.waiting.remove(&e.headerWait) && err == nil && errors.Is(ctx.Cause(), errBackendDown) {
 		// Declared down just as the headers came: the body would fail.

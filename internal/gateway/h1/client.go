@@ -98,6 +98,20 @@ var wbufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // yield exactly req.ContentLength bytes. The request's context ending
 // closes the connection, which ends a wait for headers or a body read.
 func (cl *Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	return cl.RoundTripOutbound(req, nil)
+}
+
+// Outbound shapes the header a proxy sends on, without a header map of
+// its own: the request's Header but the fields SkipField names, then
+// ExtraFields (valid and canonical, as a Fields' are).
+type Outbound interface {
+	SkipField(name string) bool
+	ExtraFields() Fields
+}
+
+// RoundTripOutbound is RoundTrip with the header shaped by o (nil: as it
+// is). The request's Header is only read, and not after it returns.
+func (cl *Client) RoundTripOutbound(req *http.Request, o Outbound) (*http.Response, error) {
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
 		return nil, fmt.Errorf("h1: want an http:// URL with a host, got %v", req.URL)
 	}
@@ -109,7 +123,7 @@ func (cl *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			wbufPool.Put(wb)
 		}
 	}()
-	if err := writeRequest(wb, req); err != nil {
+	if err := writeRequest(wb, req, o); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -323,7 +337,7 @@ func (cl *Client) Idle() int {
 // writeRequest appends the request's wire form to wb: request line, Host,
 // the headers (a User-Agent of "" is left out, as net/http does),
 // Content-Length, and the body.
-func writeRequest(wb *bytes.Buffer, req *http.Request) error {
+func writeRequest(wb *bytes.Buffer, req *http.Request, o Outbound) error {
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
@@ -350,10 +364,21 @@ func writeRequest(wb *bytes.Buffer, req *http.Request) error {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer", "Connection":
 			continue
 		}
+		if o != nil && o.SkipField(k) {
+			continue
+		}
 		for _, v := range vv {
 			wb.WriteString(k)
 			wb.WriteString(": ")
 			appendFieldValue(wb, v)
+			wb.WriteString("\r\n")
+		}
+	}
+	if o != nil {
+		for _, f := range o.ExtraFields() {
+			wb.WriteString(f.Name)
+			wb.WriteString(": ")
+			appendFieldValue(wb, f.Value)
 			wb.WriteString("\r\n")
 		}
 	}

@@ -373,7 +373,7 @@ func TestWriteRequestHeaders(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, "http://backend/p", nil)
 			req.Header = tc.h
 			var wb bytes.Buffer
-			if err := writeRequest(&wb, req); err != nil {
+			if err := writeRequest(&wb, req, nil); err != nil {
 				t.Fatal(err)
 			}
 			got, err := http.ReadRequest(bufio.NewReader(&wb))
