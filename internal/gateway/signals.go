@@ -539,7 +539,10 @@ func (g *Gateway) backendSignals(u *Upstream, now time.Time) *BackendSignals {
 	s.Family = m.Family
 	if !m.ObservedAt.IsZero() {
 		s.ObservedAt = m.ObservedAt
-		s.Age = now.Sub(m.ObservedAt).Seconds()
+		// A read that landed after now (Status takes now once, before
+		// it loads each backend's metrics) is no age at all, not a
+		// negative one.
+		s.Age = max(now.Sub(m.ObservedAt).Seconds(), 0)
 	}
 	s.Fresh = loadFresh(m, now, g.metricsMaxAge)
 	if m.Has&loadmetrics.FieldLoaded != 0 && m.Fresh(now, g.metricsMaxAge) {

@@ -514,3 +514,33 @@ func TestLeastCostOnScore(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendSignalsAge: a backend's signals are as old as the time since
+// they were read, and never less than 0 s, even when the read landed after
+// the instant the status was taken at (a scrape between Status's clock
+// reading and its load of the backend's metrics).
+func TestBackendSignalsAge(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		name     string
+		observed time.Time
+		want     float64
+	}{
+		{"read before", now.Add(-1500 * time.Millisecond), 1.5},
+		{"read at the instant", now, 0},
+		{"read after", now.Add(3 * time.Millisecond), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := New(Options{ProbeInterval: -1, WaitForBackend: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			u := &Upstream{}
+			u.ext.Store(&loadmetrics.BackendMetrics{ObservedAt: tc.observed})
+			if s := g.backendSignals(u, now); s.Age != tc.want {
+				t.Fatalf("Age = %v, want %v", s.Age, tc.want)
+			}
+		})
+	}
+}
