@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -973,9 +975,29 @@ func TestHopHeaderRemoval(t *testing.T) {
 		"Upgrade":           {"websocket"},
 		"Content-Type":      {"application/json"},
 	}
-	removeHopHeaders(h)
-	if len(h) != 1 || h.Get("Content-Type") == "" {
-		t.Fatalf("left %v", h)
+	// An answer's fields, passed on (passable).
+	var fields h1.Fields
+	for k, vv := range h {
+		for _, v := range vv {
+			fields = append(fields, h1.Field{Name: k, Value: v})
+		}
+	}
+	if left := passable(fields); len(left) != 1 || left[0].Name != "Content-Type" {
+		t.Fatalf("answer: left %v", left)
+	}
+	// A request's header, sent on (outboundHeader), but for what the
+	// gateway sets itself: X-Forwarded-Proto, the User-Agent placeholder
+	// and Te: trailers, asked for by the client.
+	out := outboundHeader(&http.Request{Header: h})
+	for _, k := range []string{"X-Forwarded-Proto", "User-Agent"} {
+		delete(out, k)
+	}
+	if te := out["Te"]; len(te) != 1 || te[0] != "trailers" {
+		t.Fatalf("request: Te %q, want trailers", te)
+	}
+	delete(out, "Te")
+	if len(out) != 1 || out.Get("Content-Type") == "" {
+		t.Fatalf("request: left %v", out)
 	}
 }
 

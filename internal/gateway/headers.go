@@ -10,21 +10,6 @@ import (
 	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
-// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 (and the
-// obsolete ones proxies still see); they describe one connection and are not
-// forwarded. Keys are in canonical form.
-var hopHeaders = []string{
-	"Connection",
-	"Proxy-Connection",
-	"Keep-Alive",
-	"Proxy-Authenticate",
-	"Proxy-Authorization",
-	"Te",
-	"Trailer",
-	"Transfer-Encoding",
-	"Upgrade",
-}
-
 // Shared header values; the transport only reads outbound headers.
 var (
 	protoHTTP  = []string{"http"}
@@ -32,7 +17,9 @@ var (
 	emptyValue = []string{""}
 )
 
-// isHopHeader reports whether the canonical key k is one of hopHeaders.
+// isHopHeader reports whether the canonical key k is a hop-by-hop header of
+// RFC 9110 section 7.6.1 (or an obsolete one proxies still see): it
+// describes one connection and is not forwarded.
 func isHopHeader(k string) bool {
 	switch k {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
@@ -54,13 +41,17 @@ func removeListedHeaders(h http.Header, conn []string) {
 	}
 }
 
-// removeHopHeaders deletes the hop-by-hop headers from h, including those
-// named in its Connection header.
-func removeHopHeaders(h http.Header) {
-	removeListedHeaders(h, h["Connection"])
-	for _, k := range hopHeaders {
-		delete(h, k)
+// namedIn reports whether the values of a Connection header, conn, name
+// the canonical key k.
+func namedIn(conn []string, k string) bool {
+	for _, v := range conn {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == k {
+				return true
+			}
+		}
 	}
+	return false
 }
 
 // containsToken reports whether a comma-separated header value list holds
@@ -186,16 +177,7 @@ func (e *exchange) present(k string) bool {
 }
 
 // listed reports whether the client's Connection field names k.
-func (e *exchange) listed(k string) bool {
-	for _, v := range e.r.Header["Connection"] {
-		for t := range strings.SplitSeq(v, ",") {
-			if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == k {
-				return true
-			}
-		}
-	}
-	return false
-}
+func (e *exchange) listed(k string) bool { return namedIn(e.r.Header["Connection"], k) }
 
 // SkipField implements h1.Outbound: the fields outboundHeader leaves out.
 func (e *exchange) SkipField(k string) bool {
@@ -225,8 +207,8 @@ func ownValues(h http.Header) {
 	}
 }
 
-// passable drops from f, in place, the hop-by-hop fields: hopHeaders and
-// the names its Connection fields list.
+// passable drops from f, in place, the hop-by-hop fields: isHopHeader's
+// and the names its Connection fields list.
 func passable(f h1.Fields) h1.Fields {
 	var conn []string
 	for _, x := range f {
@@ -235,16 +217,6 @@ func passable(f h1.Fields) h1.Fields {
 		}
 	}
 	return slices.DeleteFunc(f, func(x h1.Field) bool {
-		if isHopHeader(x.Name) {
-			return true
-		}
-		for _, v := range conn {
-			for t := range strings.SplitSeq(v, ",") {
-				if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == x.Name {
-					return true
-				}
-			}
-		}
-		return false
+		return isHopHeader(x.Name) || namedIn(conn, x.Name)
 	})
 }

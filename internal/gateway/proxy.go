@@ -993,11 +993,8 @@ func (e *exchange) writeHead(a *attempt, stream bool) (*directStream, int) {
 			fields = nil
 		}
 		for _, f := range fields {
-			switch {
-			case g.cors == nil:
-				h[f.Name] = append(h[f.Name], f.Value)
-			case isCORSHeader(f.Name):
-			default:
+			// A CORS policy's headers are the gateway's, not the backend's.
+			if g.cors == nil || !isCORSHeader(f.Name) {
 				h[f.Name] = append(h[f.Name], f.Value)
 			}
 		}

@@ -74,21 +74,3 @@ func PassFields(w http.ResponseWriter, f Fields) bool {
 	r.pass = f
 	return true
 }
-
-// appendPassed appends the passed fields that h does not set and the
-// server does not frame.
-func appendPassed(b []byte, f Fields, h http.Header) []byte {
-	for _, x := range f {
-		if framing(x.Name) {
-			continue
-		}
-		if _, set := h[x.Name]; set {
-			continue
-		}
-		b = append(b, x.Name...)
-		b = append(b, ": "...)
-		b = append(b, x.Value...)
-		b = append(b, "\r\n"...)
-	}
-	return b
-}

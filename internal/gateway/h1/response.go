@@ -120,25 +120,29 @@ func (w *response) WriteHeader(code int) {
 	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
 		w.closeAfter = true
 	}
+	hb := getBuf()
+	b := appendStatusLine((*hb)[:0], w.req.ProtoMinor, code)
+	b = appendFields(b, h)
+	// The passed fields (PassFields) that the header does not set, but for
+	// those the server frames itself; they count as the header's would.
 	for _, x := range w.pass {
-		if _, set := h[x.Name]; set {
+		if _, set := h[x.Name]; set || framing(x.Name) {
+			if n, ok := parseLength(x.Value); ok && !set && x.Name == "Content-Length" && w.length < 0 {
+				w.length = n
+			}
 			continue
 		}
 		switch x.Name {
-		case "Content-Length":
-			if n, ok := parseLength(x.Value); ok && w.length < 0 {
-				w.length = n
-			}
 		case "Content-Type":
 			w.hasType = true
 		case "Date":
 			w.hasDate = true
 		}
+		b = append(b, x.Name...)
+		b = append(b, ": "...)
+		b = append(b, x.Value...)
+		b = append(b, "\r\n"...)
 	}
-	hb := getBuf()
-	b := appendStatusLine((*hb)[:0], w.req.ProtoMinor, code)
-	b = appendFields(b, h)
-	b = appendPassed(b, w.pass, h)
 	*hb = b
 	w.head = hb
 }
