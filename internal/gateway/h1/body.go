@@ -274,7 +274,6 @@ type pumpState struct {
 	end        bool  // the body ended
 	drained    bool  // the last read emptied the socket
 	held       bool  // the sink's writes wait for the client (the event loop)
-	raw        bool  // read without telling the scheduler (the event loop: the socket never blocks)
 }
 
 // pump is one turn of Each on the socket fd: it hands s what is buffered
@@ -317,12 +316,7 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 			ps.rerr = err
 			return false
 		}
-		var n int
-		if ps.raw {
-			n, err = rawRead(fd, (*c.raw)[c.w:])
-		} else {
-			n, err = syscall.Read(fd, (*c.raw)[c.w:])
-		}
+		n, err := rawRead(fd, (*c.raw)[c.w:])
 		switch {
 		case err == syscall.EINTR:
 			continue

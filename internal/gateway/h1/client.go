@@ -153,7 +153,7 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 	if !c.watch(ctx) {
 		return nil, ctx.Err()
 	}
-	if _, err := c.nc.Write(wire); err != nil {
+	if _, err := c.sk.Write(wire); err != nil {
 		return nil, err
 	}
 	if cl.headerTimeout > 0 {

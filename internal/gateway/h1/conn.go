@@ -21,6 +21,7 @@ var rawPool = sync.Pool{New: func() any { b := make([]byte, rawSize); return &b 
 type conn struct {
 	nc   net.Conn
 	rc   syscall.RawConn // nil: not a socket; reads go through nc
+	sk   *sock           // writes go through it
 	addr string
 
 	// raw[r:w] are the bytes read and not yet handed on; raw is nil when
@@ -68,6 +69,11 @@ func newConn(nc net.Conn, addr string) *conn {
 // event loop gives it back).
 func (c *conn) setConn(nc net.Conn) {
 	c.nc, c.rc = nc, nil
+	if c.sk == nil {
+		c.sk = newSock(nc)
+	} else {
+		c.sk.reset(nc)
+	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rc = rc
@@ -206,14 +212,14 @@ func (c *conn) wait(s Sink) bool {
 	return false
 }
 
-// read is the function given to RawConn.Read: one read(2), with a buffer
-// taken from the pool for it, given back if nothing came.
+// read is the function given to RawConn.Read: one receive (rawRead), with
+// a buffer taken from the pool for it, given back if nothing came.
 func (c *conn) read(fd uintptr) bool {
 	if c.raw == nil {
 		c.raw = rawPool.Get().(*[]byte)
 	}
 	for {
-		n, err := syscall.Read(int(fd), (*c.raw)[c.w:])
+		n, err := rawRead(int(fd), (*c.raw)[c.w:])
 		switch {
 		case err == syscall.EINTR:
 			continue

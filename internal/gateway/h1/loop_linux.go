@@ -38,7 +38,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -196,7 +195,6 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 		return b.Each(s)
 	}
 	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
-	st.ps.raw = true
 	// The request's context now ends the stream instead of closing the
 	// backend connection.
 	if !c.ab.Unwatch(c.nc) || !c.ab.Watch(st) {
@@ -645,28 +643,3 @@ func (w *response) loopable() bool {
 // LoopStats returns how many streams the event loops have carried, and how
 // many times one held a stream for a client slower than its backend.
 func LoopStats() (streams, held int64) { return loopCarried.Load(), loopHeld.Load() }
-
-// rawRead and rawWrite are recv(2) and send(2) on a non-blocking socket
-// without telling the scheduler: they never block, and a system call the
-// scheduler is told of lets sysmon hand the loop's P to another thread
-// when the kernel takes more than 20 µs over it (a write on loopback runs
-// the receiver's side of TCP too), which then keeps sysmon waking every
-// 20 µs. recvfrom and sendto rather than read and write: they skip the
-// file layer (its position lock and checks), as nginx's recv and writev
-// do; MSG_NOSIGNAL: a client gone fails the send with EPIPE and raises no
-// SIGPIPE.
-func rawRead(fd int, p []byte) (int, error) {
-	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), 0, 0, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
-
-func rawWrite(fd int, p []byte) (int, error) {
-	n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}

@@ -18,8 +18,6 @@ func (b *Body) EachOnLoop(_ http.ResponseWriter, s Sink) error { return b.Each(s
 // LoopStats returns zeros: there is no event loop here.
 func LoopStats() (streams, held int64) { return 0, 0 }
 
-func rawRead(int, []byte) (int, error) { panic("h1: no event loop here") }
-
 // A connection has no tail without an event loop (loop_linux.go).
 func (c *sconn) writeTail([]byte) error { return errors.ErrUnsupported }
 func (c *sconn) untail() error          { return errors.ErrUnsupported }

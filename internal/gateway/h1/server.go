@@ -241,6 +241,7 @@ const (
 type sconn struct {
 	s      *Server
 	nc     net.Conn
+	sk     *sock         // nc's reads and writes (sock.go)
 	br     *bufio.Reader // nil while no request is read
 	hr     headReader
 	remote string
@@ -285,8 +286,9 @@ func (c *sconn) replaceConn(nc net.Conn) {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	c.nc = nc
+	c.sk.reset(nc)
 	if c.br != nil {
-		c.br.Reset(nc)
+		c.br.Reset(c.sk)
 	}
 	if c.state.Load() == stateClosed {
 		_ = nc.Close()
@@ -296,7 +298,7 @@ func (c *sconn) replaceConn(nc net.Conn) {
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
 
 func newSconn(s *Server, nc net.Conn) *sconn {
-	c := &sconn{s: s, nc: nc}
+	c := &sconn{s: s, nc: nc, sk: newSock(nc)}
 	c.ctx = newConnCtx()
 	c.blank = *c.blank.WithContext(c.ctx)
 	return c
@@ -375,7 +377,7 @@ func (c *sconn) serve() {
 	for {
 		if c.br == nil {
 			c.br = readerPool.Get().(*bufio.Reader)
-			c.br.Reset(c.nc)
+			c.br.Reset(c.sk)
 		}
 		deadline := false
 		if c.br.Buffered() == 0 && s.IdleTimeout > 0 {
@@ -558,7 +560,7 @@ func (c *sconn) write(w *response, b []byte) {
 		}
 		return
 	}
-	if _, err := c.nc.Write(b); err != nil {
+	if _, err := c.sk.Write(b); err != nil {
 		w.err, w.closeAfter = err, true
 	}
 }
@@ -573,7 +575,7 @@ func (c *sconn) writeBuffers(w *response, bufs *net.Buffers) {
 		}
 		return
 	}
-	if _, err := bufs.WriteTo(c.nc); err != nil {
+	if _, err := c.sk.writeBuffers(bufs); err != nil {
 		w.err, w.closeAfter = err, true
 	}
 }

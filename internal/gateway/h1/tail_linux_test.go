@@ -165,7 +165,7 @@ func TestWriteTailFallsBackWhenFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
-	c := &sconn{s: &Server{}, nc: nc, tail: fd, hasTail: true}
+	c := &sconn{s: &Server{}, nc: nc, sk: newSock(nc), tail: fd, hasTail: true}
 
 	// Fill the socket until it takes no more: the peer's window is closed,
 	// so no acknowledgment frees room, and the socket stays unwritable.

@@ -1,0 +1,213 @@
+package h1
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+)
+
+// sock reads and writes a connection's socket with the system calls the
+// scheduler is not told of (rawRead, rawWrite, rawWritev: sock_linux.go),
+// through its RawConn, so that the runtime's poller still does the waiting
+// and deadlines still hold. On a short request each of these calls is most
+// of what a proxy does between two waits, and each one the scheduler is
+// told of costs two scheduler turns and, when the kernel takes a while
+// (loopback writes run the receiver's TCP), a hand-off of the P to another
+// thread (BENCHMARKS.md, issue 19, tenth increment). A connection that is
+// not a socket (a test's pipe, TLS) and every system but Linux go through
+// the net.Conn.
+//
+// A sock is used by one reader and one writer at a time (the RawConn's
+// locks order them); its fields hold one call's state so that the
+// functions given to the RawConn are made once per connection.
+type sock struct {
+	nc net.Conn
+	rc syscall.RawConn // nil: through nc
+
+	rp   []byte
+	rn   int
+	rerr error
+	rfn  func(fd uintptr) bool
+
+	wp   []byte
+	iov  [maxIovecs]syscall.Iovec
+	wv   []syscall.Iovec // iov's part in use
+	wn   int
+	werr error
+	wfn  func(fd uintptr) bool
+	wvfn func(fd uintptr) bool
+}
+
+func newSock(nc net.Conn) *sock {
+	s := &sock{}
+	s.reset(nc)
+	return s
+}
+
+// reset makes nc the socket, for a connection an event loop gave back.
+func (s *sock) reset(nc net.Conn) {
+	s.nc, s.rc = nc, nil
+	if !rawSockets {
+		return
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			s.rc = rc
+			if s.rfn == nil {
+				s.rfn, s.wfn, s.wvfn = s.read, s.write, s.writev
+			}
+		}
+	}
+}
+
+// Read is one receive into p, waiting until the socket is readable.
+func (s *sock) Read(p []byte) (int, error) {
+	if s.rc == nil || len(p) == 0 {
+		return s.nc.Read(p)
+	}
+	s.rp, s.rn, s.rerr = p, 0, nil
+	err := s.rc.Read(s.rfn)
+	s.rp = nil
+	if err != nil {
+		return 0, renameOp(err, "read")
+	}
+	return s.rn, s.rerr
+}
+
+func (s *sock) read(fd uintptr) bool {
+	for {
+		n, err := rawRead(int(fd), s.rp)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			s.rerr = wrapSyscall("read", err)
+		case n == 0:
+			s.rerr = io.EOF
+		default:
+			s.rn = n
+		}
+		return true
+	}
+}
+
+// Write sends all of p, waiting while the socket's buffer is full.
+func (s *sock) Write(p []byte) (int, error) {
+	if s.rc == nil || len(p) == 0 {
+		return s.nc.Write(p)
+	}
+	s.wp, s.wn, s.werr = p, 0, nil
+	err := s.rc.Write(s.wfn)
+	s.wp = nil
+	if err != nil {
+		return s.wn, renameOp(err, "write")
+	}
+	return s.wn, s.werr
+}
+
+func (s *sock) write(fd uintptr) bool {
+	for len(s.wp) > 0 {
+		n, err := rawWrite(int(fd), s.wp)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			s.werr = wrapSyscall("write", err)
+			return true
+		}
+		s.wn += n
+		s.wp = s.wp[n:]
+	}
+	return true
+}
+
+// maxIovecs is how many buffers one writev takes here; the rest go in the
+// next call.
+const maxIovecs = 16
+
+// writeBuffers sends all of bufs, in as few writev calls as the socket
+// takes, consuming bufs as net.Buffers.WriteTo does.
+func (s *sock) writeBuffers(bufs *net.Buffers) (int64, error) {
+	if s.rc == nil {
+		return bufs.WriteTo(s.nc)
+	}
+	iov := &s.iov
+	var total int64
+	for {
+		for len(*bufs) > 0 && len((*bufs)[0]) == 0 {
+			*bufs = (*bufs)[1:]
+		}
+		if len(*bufs) == 0 {
+			return total, nil
+		}
+		k := 0
+		for _, b := range *bufs {
+			if k == len(iov) {
+				break
+			}
+			if len(b) > 0 {
+				iov[k].Base = &b[0]
+				iov[k].SetLen(len(b))
+				k++
+			}
+		}
+		s.wv, s.wn, s.werr = iov[:k], 0, nil
+		err := s.rc.Write(s.wvfn)
+		s.wv = nil
+		clear(iov[:k]) // holds no buffer after the call
+		total += int64(s.wn)
+		consume(bufs, s.wn)
+		if err != nil {
+			return total, renameOp(err, "write")
+		}
+		if s.werr != nil {
+			return total, s.werr
+		}
+	}
+}
+
+// consume drops the first n bytes of bufs.
+func consume(bufs *net.Buffers, n int) {
+	for n > 0 && len(*bufs) > 0 {
+		if n < len((*bufs)[0]) {
+			(*bufs)[0] = (*bufs)[0][n:]
+			return
+		}
+		n -= len((*bufs)[0])
+		*bufs = (*bufs)[1:]
+	}
+}
+
+func (s *sock) writev(fd uintptr) bool {
+	for {
+		n, err := rawWritev(int(fd), s.wv)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			s.werr = wrapSyscall("writev", err)
+		default:
+			s.wn = n
+		}
+		return true
+	}
+}
+
+// renameOp names a RawConn's failure (a deadline, a closed connection) as
+// the net.Conn's own call would: "read", not "raw-read".
+func renameOp(err error, op string) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && (oe.Op == "raw-read" || oe.Op == "raw-write") {
+		c := *oe
+		c.Op = op
+		return &c
+	}
+	return err
+}
