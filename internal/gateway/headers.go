@@ -42,16 +42,37 @@ func removeListedHeaders(h http.Header, conn []string) {
 }
 
 // namedIn reports whether the values of a Connection header, conn, name
-// the canonical key k.
+// the canonical key k. A field name is a token, and two tokens name the
+// same field when they are equal but for ASCII case (RFC 9110, 5.1), which
+// asciiEqualFold tells without making the token canonical (an allocation
+// for each field of each answer, "keep-alive" being the usual token).
 func namedIn(conn []string, k string) bool {
 	for _, v := range conn {
 		for t := range strings.SplitSeq(v, ",") {
-			if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == k {
+			if t = textproto.TrimString(t); t != "" && asciiEqualFold(t, k) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII letters only: a token
+// with the Kelvin sign does not name Keep-Alive.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // containsToken reports whether a comma-separated header value list holds

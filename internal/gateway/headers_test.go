@@ -209,3 +209,29 @@ func TestShapeOutboundMatchesOutboundHeader(t *testing.T) {
 		})
 	}
 }
+
+func TestNamedIn(t *testing.T) {
+	cases := []struct {
+		conn []string
+		k    string
+		want bool
+	}{
+		{nil, "Keep-Alive", false},
+		{[]string{"keep-alive"}, "Keep-Alive", true},
+		{[]string{"close"}, "Keep-Alive", false},
+		{[]string{"Upgrade, x-foo"}, "X-Foo", true},
+		{[]string{" X-FOO ,bar"}, "X-Foo", true},
+		{[]string{"close", "x-bar"}, "X-Bar", true},
+		{[]string{"x-foo"}, "X-Foo-Bar", false},
+		{[]string{"x-foo-bar"}, "X-Foo", false},
+		{[]string{",,"}, "X-Foo", false},
+		{[]string{"\u212aeep-alive"}, "Keep-Alive", false}, // the Kelvin sign folds to k in Unicode, not in ASCII
+		{[]string{"x_foo"}, "X-Foo", false},
+		{[]string{"x@foo"}, "X`foo", false}, // '@' and '`' differ by 0x20 but are not letters
+	}
+	for _, c := range cases {
+		if got := namedIn(c.conn, c.k); got != c.want {
+			t.Errorf("namedIn(%q, %q) = %v, want %v", c.conn, c.k, got, c.want)
+		}
+	}
+}
