@@ -294,7 +294,7 @@ func (l *Loop) run() {
 	events := make([]unix.EpollEvent, 256)
 	err := l.epc.Read(func(uintptr) bool {
 		for {
-			n, err := unix.EpollWait(l.ep, events, 0)
+			n, err := rawEpollWait(l.ep, events)
 			if err == unix.EINTR {
 				continue
 			}

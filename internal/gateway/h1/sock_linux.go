@@ -44,3 +44,18 @@ func rawWritev(fd int, iov []syscall.Iovec) (int, error) {
 	}
 	return int(n), nil
 }
+
+// rawEpollWait is epoll_wait(2) that returns at once (timeout 0), without
+// telling the scheduler: it never blocks, and a system call the scheduler
+// is told of wakes sysmon when it sleeps because every P was idle. A
+// stream's token wakes the process from idle, so on the event loop that
+// was a futex wake, sysmon's turn and its sleep again per token
+// (BENCHMARKS.md, issue 19, tenth increment). epoll_pwait with no signal
+// mask: the system call both amd64 and arm64 have.
+func rawEpollWait(ep int, events []unix.EpollEvent) (int, error) {
+	n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
