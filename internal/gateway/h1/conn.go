@@ -218,25 +218,15 @@ func (c *conn) read(fd uintptr) bool {
 	if c.raw == nil {
 		c.raw = rawPool.Get().(*[]byte)
 	}
-	for {
-		n, err := rawRead(int(fd), (*c.raw)[c.w:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			if c.r == c.w {
-				c.release()
-			}
-			return false // wait until readable, then again
-		case err != nil:
-			c.readErr = wrapSyscall("read", err)
-		case n == 0:
-			c.readErr = io.EOF
-		default:
-			c.readN = n
+	n, again, err := recv(int(fd), (*c.raw)[c.w:])
+	if again {
+		if c.r == c.w {
+			c.release()
 		}
-		return true
+		return false // wait until readable, then again
 	}
+	c.readN, c.readErr = n, err
+	return true
 }
 
 // alive reports, without blocking, whether an idle connection is still

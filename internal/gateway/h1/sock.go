@@ -76,21 +76,31 @@ func (s *sock) Read(p []byte) (int, error) {
 }
 
 func (s *sock) read(fd uintptr) bool {
+	n, again, err := recv(int(fd), s.rp)
+	if again {
+		return false
+	}
+	s.rn, s.rerr = n, err
+	return true
+}
+
+// recv is one receive into p on a non-blocking socket: the bytes, or the
+// failure as net names it (io.EOF at the end), or again when nothing has
+// arrived (the caller then waits until the socket is readable).
+func recv(fd int, p []byte) (n int, again bool, err error) {
 	for {
-		n, err := rawRead(int(fd), s.rp)
+		n, err := rawRead(fd, p)
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
-			return false
+			return 0, true, nil
 		case err != nil:
-			s.rerr = wrapSyscall("read", err)
+			return 0, false, wrapSyscall("read", err)
 		case n == 0:
-			s.rerr = io.EOF
-		default:
-			s.rn = n
+			return 0, false, io.EOF
 		}
-		return true
+		return n, false, nil
 	}
 }
 
