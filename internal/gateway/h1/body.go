@@ -257,14 +257,14 @@ type Sink interface {
 // until the wait.
 func (b *Body) Each(s Sink) error {
 	b.settle()
-	if b.err == nil && b.c.rc == nil {
+	if b.err == nil && b.c.sk.rc == nil {
 		return b.eachNext(s)
 	}
 	if b.err != nil {
 		return b.result()
 	}
 	var ps pumpState
-	err := b.c.rc.Read(func(fd uintptr) bool { return !b.pump(int(fd), s, &ps) })
+	err := b.c.sk.rc.Read(func(fd uintptr) bool { return !b.pump(int(fd), s, &ps) })
 	return b.eachResult(&ps, err)
 }
 
@@ -316,17 +316,12 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 			ps.rerr = err
 			return false
 		}
-		n, err := rawRead(fd, (*c.raw)[c.w:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
+		n, again, err := recv(fd, (*c.raw)[c.w:])
+		if again {
 			return !c.wait(s)
-		case err != nil:
-			ps.rerr = wrapSyscall("read", err)
-			return false
-		case n == 0:
-			ps.rerr = io.EOF
+		}
+		if err != nil {
+			ps.rerr = err
 			return false
 		}
 		c.w += n

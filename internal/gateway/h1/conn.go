@@ -20,8 +20,7 @@ var rawPool = sync.Pool{New: func() any { b := make([]byte, rawSize); return &b 
 // request that holds it; cancel closes it from any goroutine.
 type conn struct {
 	nc   net.Conn
-	rc   syscall.RawConn // nil: not a socket; reads go through nc
-	sk   *sock           // writes go through it
+	sk   *sock // its writes, and its RawConn (sk.rc; nil: not a socket, reads go through nc)
 	addr string
 
 	// raw[r:w] are the bytes read and not yet handed on; raw is nil when
@@ -68,17 +67,12 @@ func newConn(nc net.Conn, addr string) *conn {
 // setConn makes nc the connection's socket (at its start, and when an
 // event loop gives it back).
 func (c *conn) setConn(nc net.Conn) {
-	c.nc, c.rc = nc, nil
+	c.nc = nc
 	if c.sk == nil {
 		c.sk = newSock(nc)
+		c.readFn = c.read
 	} else {
 		c.sk.reset(nc)
-	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			c.rc = rc
-			c.readFn = c.read
-		}
 	}
 }
 
@@ -160,9 +154,9 @@ func (c *conn) readMore() error {
 	}
 	var n int
 	var err error
-	if c.rc != nil {
+	if c.sk.rc != nil {
 		c.readN, c.readErr = 0, nil
-		if err = c.rc.Read(c.readFn); err == nil {
+		if err = c.sk.rc.Read(c.readFn); err == nil {
 			n, err = c.readN, c.readErr
 		}
 	} else {
@@ -232,11 +226,11 @@ func (c *conn) read(fd uintptr) bool {
 // alive reports, without blocking, whether an idle connection is still
 // open and has nothing unexpected to read.
 func (c *conn) alive() bool {
-	if c.rc == nil {
+	if c.sk.rc == nil {
 		return true
 	}
 	ok := false
-	err := c.rc.Read(func(fd uintptr) bool {
+	err := c.sk.rc.Read(func(fd uintptr) bool {
 		var b [1]byte
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		ok = n < 0 || (n == 0 && err == syscall.EAGAIN) || err == syscall.EAGAIN

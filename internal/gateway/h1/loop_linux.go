@@ -177,7 +177,7 @@ func (st *loopStream) Close() error {
 func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 	r := findResponse(w)
 	b.settle()
-	if r == nil || b.err != nil || b.c == nil || b.c.rc == nil || b.c.ab == nil || !r.loopable() {
+	if r == nil || b.err != nil || b.c == nil || b.c.sk.rc == nil || b.c.ab == nil || !r.loopable() {
 		return b.Each(s)
 	}
 	l, err := loopFor()

@@ -22,8 +22,9 @@ import (
 // locks order them); its fields hold one call's state so that the
 // functions given to the RawConn are made once per connection.
 type sock struct {
-	nc net.Conn
-	rc syscall.RawConn // nil: through nc
+	nc  net.Conn
+	rc  syscall.RawConn // nil: not a socket
+	raw bool            // reads and writes through rc (rawSockets)
 
 	rp   []byte
 	rn   int
@@ -47,13 +48,10 @@ func newSock(nc net.Conn) *sock {
 
 // reset makes nc the socket, for a connection an event loop gave back.
 func (s *sock) reset(nc net.Conn) {
-	s.nc, s.rc = nc, nil
-	if !rawSockets {
-		return
-	}
+	s.nc, s.rc, s.raw = nc, nil, false
 	if sc, ok := nc.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
-			s.rc = rc
+			s.rc, s.raw = rc, rawSockets
 			if s.rfn == nil {
 				s.rfn, s.wfn, s.wvfn = s.read, s.write, s.writev
 			}
@@ -63,7 +61,7 @@ func (s *sock) reset(nc net.Conn) {
 
 // Read is one receive into p, waiting until the socket is readable.
 func (s *sock) Read(p []byte) (int, error) {
-	if s.rc == nil || len(p) == 0 {
+	if !s.raw || len(p) == 0 {
 		return s.nc.Read(p)
 	}
 	s.rp, s.rn, s.rerr = p, 0, nil
@@ -106,7 +104,7 @@ func recv(fd int, p []byte) (n int, again bool, err error) {
 
 // Write sends all of p, waiting while the socket's buffer is full.
 func (s *sock) Write(p []byte) (int, error) {
-	if s.rc == nil || len(p) == 0 {
+	if !s.raw || len(p) == 0 {
 		return s.nc.Write(p)
 	}
 	s.wp, s.wn, s.werr = p, 0, nil
@@ -143,7 +141,7 @@ const maxIovecs = 16
 // writeBuffers sends all of bufs, in as few writev calls as the socket
 // takes, consuming bufs as net.Buffers.WriteTo does.
 func (s *sock) writeBuffers(bufs *net.Buffers) (int64, error) {
-	if s.rc == nil {
+	if !s.raw {
 		return bufs.WriteTo(s.nc)
 	}
 	iov := &s.iov

@@ -59,7 +59,7 @@ func TestSockCarriesBytesBothWays(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			a, b := p.make(t)
 			s := newSock(a)
-			if got := s.rc != nil; got != p.raw {
+			if got := s.raw; got != p.raw {
 				t.Fatalf("raw system calls: %v, want %v", got, p.raw)
 			}
 			// More than the socket buffers hold: the write waits for the
