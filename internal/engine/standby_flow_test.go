@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	tidev1 "github.com/tidegpu/tidegpu/api/v1"
 	"github.com/tidegpu/tidegpu/internal/engine"
@@ -28,10 +29,12 @@ import (
 func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 	defer ok.Close()
-	// 150x: one 5-minute step every 2 s; spot capacity 2 for 12 steps,
-	// then none (24 s leave the standby fill room on a loaded machine; at
-	// 300x, 12 s, CI's race step once found a standby instance not yet
-	// stopped when the zone ran dry, and a new one was launched).
+	// The market runs on its own fake clock, held still until the standby
+	// is filled and then moved past the end of spot capacity: the test
+	// does not race the fill against a trace played in real time (at 300x
+	// and then 150x, a loaded CI machine once found a standby instance not
+	// yet stopped when the zone ran dry, and a new one was launched).
+	// Spot capacity is 2 for 12 five-minute steps, then none.
 	capacity := make([]int, 600)
 	for i := range 12 {
 		capacity[i] = 2
@@ -40,8 +43,15 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The market's clock starts at the engine's now and moves only by the
+	// second that 12 steps take at 3,600x, so launch times stay within
+	// seconds of the engine's clock (it times out launches not ready after
+	// a minute).
+	t0 := time.Now()
+	market := testingclock.NewFakeClock(t0)
+	step := 5 * time.Minute / 3600
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sim, err := spotsim.New(spotsim.Options{Trace: tr, Compression: 150, Notice: 2 * time.Minute,
+	sim, err := spotsim.New(spotsim.Options{Trace: tr, Clock: market, Start: t0, Compression: 3600, Notice: 2 * time.Minute,
 		Address: ok.Listener.Addr().String(), Logger: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -77,15 +87,20 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		return ids
 	}
 	var standby []string
-	if _, met := testbin.Eventually(23*time.Second, func() bool {
+	if _, met := testbin.Eventually(30*time.Second, func() bool {
 		st := status()
 		standby = byPhase(st, tidev1.PhaseStandby, string(provider.MarketOnDemand))
 		return len(standby) == 2 && len(byPhase(st, tidev1.PhaseReady, string(provider.MarketSpot))) == 2
 	}); !met {
 		t.Fatalf("no 2 spot Ready + 2 on-demand Standby before the zone ran dry: %+v", status().Instances)
 	}
-	// The zone runs dry after 24 s: the standby instances serve in place of
-	// the spot ones, and no other on-demand instance is launched.
+	// The zone runs dry, and after the two-minute notice the spot
+	// instances end: the standby instances serve in place of them, and no
+	// other on-demand instance is launched.
+	market.SetTime(t0.Add(12 * step))
+	sim.Tick()
+	market.SetTime(t0.Add(12*step + 2*time.Minute/3600 + time.Millisecond))
+	sim.Tick()
 	var serving []string
 	if _, met := testbin.Eventually(30*time.Second, func() bool {
 		serving = byPhase(status(), tidev1.PhaseReady, string(provider.MarketOnDemand))
@@ -110,6 +125,9 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		}
 	}
 	if started != 2 || launchedOD != 2 {
+		for _, e := range rec.List(0, "chat") {
+			t.Logf("%s %s %s", e.Reason, e.Instance, e.Message)
+		}
 		t.Errorf("%d starts and %d on-demand launches, want 2 and 2 (the fill only)", started, launchedOD)
 	}
 }
