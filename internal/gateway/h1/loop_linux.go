@@ -14,8 +14,9 @@ package h1
 // issue 19). Here a committed stream whose backend and client connections
 // are both this package's (Client, Server) is carried by a Loop instead:
 // both sockets leave the runtime's poller (duplicated, the runtime's
-// descriptor closed), one goroutine per core waits, through the runtime's
-// poller, for an epoll instance of its own that holds many streams, and for
+// descriptor closed), a loop's goroutine waits, through the runtime's
+// poller, for an epoll instance of its own that holds many streams (as few
+// loops as carry the streams run, up to one per core: loopload.go), and for
 // each ready backend it runs the same turn as Body.Each (pump), with
 // non-blocking receives and sends the scheduler is not told of. A client
 // slower than its backend holds its bytes in the stream (it is then no
@@ -38,12 +39,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Loop carries streams (see the comment above). Its zero value is not
-// usable; the package runs one per core (loopFor).
+// usable; the package starts them as streams need them (loopFor).
 type Loop struct {
 	ep   int             // epoll, non-blocking
 	epc  syscall.RawConn // ep in the runtime's poller
@@ -54,6 +56,10 @@ type Loop struct {
 	free  []int32
 	fresh []*loopStream // added, not yet pumped
 	gen   int32         // streams added: tells a slot's streams apart
+
+	meter   loopMeter    // run's own
+	sharePm atomic.Int32 // busy share of the last window closed, in thousandths
+	shareAt atomic.Int64 // when it closed (mono; 0: none yet)
 }
 
 // The epoll data of the kick eventfd; a stream's is its slot (Fd), and
@@ -70,29 +76,38 @@ var (
 	loopCarried atomic.Int64 // streams handed to a loop
 	loopHeld    atomic.Int64 // times a loop held a stream for its client
 
-	loopsOnce sync.Once
-	loops     []*Loop
-	loopsErr  error
-	loopNext  atomic.Uint32
+	loopsMu sync.Mutex
+	loops   []*Loop // in the order they were started (loopload.go)
 )
 
-// loopFor returns one of the package's loops, started on first use.
+// monoStart is the origin of mono.
+var monoStart = time.Now()
+
+// mono is a monotonic reading in nanoseconds (never 0).
+func mono() int64 { return int64(time.Since(monoStart)) + 1 }
+
+// loopFor returns the loop for a new stream (pickLoop), starting it if it
+// is a new one.
 func loopFor() (*Loop, error) {
-	loopsOnce.Do(func() {
-		for range runtime.GOMAXPROCS(0) {
-			l, err := newLoop()
-			if err != nil {
-				loopsErr = err
-				return
-			}
-			loops = append(loops, l)
-			go l.run()
-		}
-	})
-	if loopsErr != nil {
-		return nil, loopsErr
+	loopsMu.Lock()
+	defer loopsMu.Unlock()
+	now := mono()
+	var buf [16]float64
+	loads := buf[:0]
+	for _, l := range loops {
+		loads = append(loads, shareAt(float64(l.sharePm.Load())/1000, l.shareAt.Load(), now))
 	}
-	return loops[int(loopNext.Add(1))%len(loops)], nil
+	i := pickLoop(loads, runtime.GOMAXPROCS(0))
+	if i < len(loops) {
+		return loops[i], nil
+	}
+	l, err := newLoop()
+	if err != nil {
+		return nil, err
+	}
+	loops = append(loops, l)
+	go l.run()
+	return l, nil
 }
 
 func newLoop() (*Loop, error) {
@@ -304,7 +319,13 @@ func (l *Loop) run() {
 			if n == 0 {
 				return false // wait in the runtime's poller
 			}
+			t0 := mono()
 			l.handle(events[:n])
+			t1 := mono()
+			if share, closed := l.meter.record(t0, t1); closed {
+				l.sharePm.Store(int32(share * 1000))
+				l.shareAt.Store(t1)
+			}
 		}
 	})
 	panic("h1: the event loop's epoll left the runtime's poller: " + fmt.Sprint(err))
