@@ -1,12 +1,9 @@
 package h1
 
 import (
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -29,28 +26,13 @@ func TestLightStreamsShareOneLoop(t *testing.T) {
 	if n := loopCount(); n > 1 {
 		t.Skipf("%d loops already run in this process", n)
 	}
-	const lines, streams = 5, 6
-	release := make(chan struct{})
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		for i := range lines {
-			fmt.Fprintf(w, "{\"i\":%d}\n", i)
-			w.(http.Flusher).Flush()
-			if i == 0 {
-				<-release // every stream is open at once
-			}
-		}
-	}))
-	t.Cleanup(backend.Close)
+	const streams = 6
+	backend, release, want := heldBackend(t, 5) // every stream is open at once
 	cl := New(Options{})
 	t.Cleanup(cl.Close)
-	addr := loopProxy(t, cl, backend.URL+"/stream")
+	addr := loopProxy(t, cl, backend+"/stream")
 	before, _ := LoopStats()
 
-	var want strings.Builder
-	for i := range lines {
-		fmt.Fprintf(&want, "{\"i\":%d}\n", i)
-	}
 	var wg sync.WaitGroup
 	for i := range streams {
 		wg.Add(1)
@@ -62,7 +44,7 @@ func TestLightStreamsShareOneLoop(t *testing.T) {
 				return
 			}
 			defer resp.Body.Close()
-			if b, err := io.ReadAll(resp.Body); err != nil || string(b) != want.String() {
+			if b, err := io.ReadAll(resp.Body); err != nil || string(b) != want {
 				t.Errorf("stream %d: %q, %v", i, b, err)
 			}
 		}()

@@ -55,34 +55,41 @@ func loopProxy(t *testing.T, cl *Client, backend string) string {
 	return ln.Addr().String()
 }
 
-// TestLoopStreamEndsWithoutGivingBackWhatCloses: at a stream's end on the
-// loop, a client connection that closes after the answer (Connection:
-// close) gets the answer's last chunk on the loop's descriptor and is
-// closed, and a backend connection the pool has no room for is closed;
-// the connections that stay are given back and work.
-func TestLoopStreamEndsWithoutGivingBackWhatCloses(t *testing.T) {
-	const lines = 20
-	release := make(chan struct{})
+// heldBackend serves an NDJSON stream of lines lines, each flushed, the
+// first one then held until release is closed (so that the streams of a
+// test are all open at once); want is the body.
+func heldBackend(t *testing.T, lines int) (url string, release chan struct{}, want string) {
+	release = make(chan struct{})
+	var body strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&body, "{\"i\":%d}\n", i)
+	}
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		for i := range lines {
 			fmt.Fprintf(w, "{\"i\":%d}\n", i)
 			w.(http.Flusher).Flush()
 			if i == 0 {
-				<-release // both streams are open at once
+				<-release
 			}
 		}
 	}))
 	t.Cleanup(backend.Close)
+	return backend.URL, release, body.String()
+}
+
+// TestLoopStreamEndsWithoutGivingBackWhatCloses: at a stream's end on the
+// loop, a client connection that closes after the answer (Connection:
+// close) gets the answer's last chunk on the loop's descriptor and is
+// closed, and a backend connection the pool has no room for is closed;
+// the connections that stay are given back and work.
+func TestLoopStreamEndsWithoutGivingBackWhatCloses(t *testing.T) {
+	backend, release, want := heldBackend(t, 20) // both streams are open at once
 	cl := New(Options{MaxIdlePerHost: 1})
 	t.Cleanup(cl.Close)
-	addr := loopProxy(t, cl, backend.URL+"/stream")
+	addr := loopProxy(t, cl, backend+"/stream")
 	before, _ := LoopStats()
 
-	var want strings.Builder
-	for i := range lines {
-		fmt.Fprintf(&want, "{\"i\":%d}\n", i)
-	}
 	var wg sync.WaitGroup
 	bodies := make([]string, 2)
 	conns := make([]net.Conn, 2)
@@ -116,8 +123,8 @@ func TestLoopStreamEndsWithoutGivingBackWhatCloses(t *testing.T) {
 	close(release)
 	wg.Wait()
 	for i, b := range bodies {
-		if b != want.String() {
-			t.Fatalf("client %d: body %q, want %q", i, b, want.String())
+		if b != want {
+			t.Fatalf("client %d: body %q, want %q", i, b, want)
 		}
 	}
 	// The closing client's connection is closed after its answer.
@@ -131,7 +138,7 @@ func TestLoopStreamEndsWithoutGivingBackWhatCloses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kept client: %v", err)
 	}
-	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != want.String() {
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != want {
 		t.Fatalf("kept client, second stream: %q, %v", b, err)
 	}
 	// One backend connection pooled (MaxIdlePerHost 1), the other closed.
