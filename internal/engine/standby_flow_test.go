@@ -86,11 +86,27 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		}
 		return ids
 	}
+	// The engine calls an instance Standby once it decides to stop it; the
+	// market must also have it stopped, or the fallback could not start it
+	// (a stopping instance cannot be started: it would launch another).
+	stopped := func(ids []string) bool {
+		ins, err := sim.List(context.Background(), "chat")
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, in := range ins {
+			if slices.Contains(ids, in.ID) && in.State == provider.StateStopped {
+				n++
+			}
+		}
+		return n == len(ids)
+	}
 	var standby []string
 	if _, met := testbin.Eventually(30*time.Second, func() bool {
 		st := status()
 		standby = byPhase(st, tidev1.PhaseStandby, string(provider.MarketOnDemand))
-		return len(standby) == 2 && len(byPhase(st, tidev1.PhaseReady, string(provider.MarketSpot))) == 2
+		return len(standby) == 2 && len(byPhase(st, tidev1.PhaseReady, string(provider.MarketSpot))) == 2 && stopped(standby)
 	}); !met {
 		t.Fatalf("no 2 spot Ready + 2 on-demand Standby before the zone ran dry: %+v", status().Instances)
 	}
@@ -111,6 +127,9 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	slices.Sort(serving)
 	slices.Sort(standby)
 	if !slices.Equal(serving, standby) {
+		for _, e := range rec.List(0, "chat") {
+			t.Logf("%s %s %s", e.Reason, e.Instance, e.Message)
+		}
 		t.Errorf("on-demand serving %v, want the standby instances %v started", serving, standby)
 	}
 	launchedOD, started := 0, 0
