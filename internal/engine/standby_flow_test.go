@@ -102,6 +102,11 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		}
 		return n == len(ids)
 	}
+	logEvents := func() {
+		for _, e := range rec.List(0, "chat") {
+			t.Logf("%s %s %s", e.Reason, e.Instance, e.Message)
+		}
+	}
 	var standby []string
 	if _, met := testbin.Eventually(30*time.Second, func() bool {
 		st := status()
@@ -127,9 +132,7 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 	slices.Sort(serving)
 	slices.Sort(standby)
 	if !slices.Equal(serving, standby) {
-		for _, e := range rec.List(0, "chat") {
-			t.Logf("%s %s %s", e.Reason, e.Instance, e.Message)
-		}
+		logEvents()
 		t.Errorf("on-demand serving %v, want the standby instances %v started", serving, standby)
 	}
 	launchedOD, started := 0, 0
@@ -144,9 +147,7 @@ func TestStandbyIsStartedWhenSpotGoes(t *testing.T) {
 		}
 	}
 	if started != 2 || launchedOD != 2 {
-		for _, e := range rec.List(0, "chat") {
-			t.Logf("%s %s %s", e.Reason, e.Instance, e.Message)
-		}
+		logEvents()
 		t.Errorf("%d starts and %d on-demand launches, want 2 and 2 (the fill only)", started, launchedOD)
 	}
 }

@@ -7,8 +7,8 @@ import "time"
 // Streams are packed onto as few loops as carry them: a new stream goes to
 // the first loop that is busy less than loopBusy of the time, and another
 // loop is started only when every running one is past it. One loop per
-// core, the earlier rule, cost a fifth more CPU per stream at 1,000 streams
-// on two cores (BENCHMARKS.md, issue 19, session 14): each token woke one
+// core, the earlier rule, cost 7-14 % more CPU per stream at 1,000 streams
+// on two cores (BENCHMARKS.md, issue 19, eleventh increment): each token woke one
 // of two half-idle loops, so the scheduler woke and parked a thread per
 // token where one loop takes the tokens that came in while it worked in
 // one wake-up, as an nginx worker does. A loop past loopBusy is a core
