@@ -14,6 +14,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +59,8 @@ type exchange struct {
 	// client's header, shaped by SkipField and ExtraFields.
 	outExtra  [4]h1.Field
 	outN      int
-	outOwnXFF bool // X-Forwarded-For is in outExtra
+	outOwnXFF bool   // X-Forwarded-For is in outExtra
+	out       outReq // the outbound request on the h1 client (outbound)
 	path      string
 	rawPath   string
 	pool      string
@@ -107,6 +109,12 @@ type exchange struct {
 	candBuf  [16]*Upstream
 }
 
+// outReq is an exchange's outbound request on the h1 client, and its URL.
+type outReq struct {
+	req http.Request
+	url url.URL
+}
+
 // attempt is one try of an exchange on one backend.
 type attempt struct {
 	u       *Upstream
@@ -143,6 +151,26 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		e.commit(&e.answer)
 	}
+	e.recycle()
+}
+
+// exchanges keeps exchanges between requests. An exchange is the largest
+// thing a request allocates (about 900 bytes, more than the rest of the
+// gateway's allocations together), and short requests come by the tens of
+// thousands a second: reused, they no longer drive garbage collections
+// (BENCHMARKS.md, issue 19 twelfth increment).
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
+
+// recycle hands e back to exchanges once ServeHTTP is done with it. Nothing
+// holds an exchange past ServeHTTP: the worker that served it apart is done
+// (e.served), its attempts left their backends' wait lists, the idle timer
+// of its stream holds only the attempt's context, and an answer taken over
+// from net/http (stream.go) only the attempt's context too. It is emptied
+// first, so that a kept exchange holds no request's memory. A panic skips
+// it: the exchange is dropped.
+func (e *exchange) recycle() {
+	*e = exchange{}
+	exchanges.Put(e)
 }
 
 // serveHere is serve on the handler's goroutine, leaving the answer in
@@ -268,10 +296,9 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	if g.onUsage != nil && r.Method == http.MethodPost && usagePath(path) {
 		body, stripUsage = withStreamUsage(body, g.maxBody)
 	}
-	e := &exchange{
-		g: g, w: w, r: r, start: start, body: body, stripUsage: stripUsage,
-		path: path, rawPath: rawPath, pool: r.Header.Get(PoolHeader),
-	}
+	e := exchanges.Get().(*exchange) // empty (recycle)
+	e.g, e.w, e.r, e.start, e.body, e.stripUsage = g, w, r, start, body, stripUsage
+	e.path, e.rawPath, e.pool = path, rawPath, r.Header.Get(PoolHeader)
 	e.tried = e.triedBuf[:0]
 	if g.h1 != nil {
 		e.shapeOutbound()
@@ -671,50 +698,14 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	// The attempts of an exchange follow one another: one node serves them.
 	u.waiting.add(&e.headerWait, ctx)
 
-	// Built here rather than kept in the exchange, which a stream holds
-	// for its life: the template stays on this frame, and WithContext
-	// makes the one copy an attempt needs.
-	tmpl := http.Request{
-		Method:        e.r.Method,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        e.outHdr,
-		ContentLength: int64(len(e.body)),
-	}
-	if e.g.h1 != nil {
-		tmpl.Header = e.r.Header // shaped by e (h1.Outbound)
-	}
-	out := tmpl.WithContext(ctx)
-	out.URL = &url.URL{Scheme: "http", Host: u.address, Path: e.path, RawPath: e.rawPath, RawQuery: e.r.URL.RawQuery}
-	// The backend's own address as Host: Ollama bound to loopback refuses
-	// other Host values. The client's is in X-Forwarded-Host.
-	out.Host = u.address
-	switch {
-	case len(e.body) == 0:
-	case e.g.h1 != nil:
-		// The h1 client has copied the body into its write buffer when
-		// RoundTrip returns, and never asks for it again: one reader
-		// serves every attempt.
-		e.replay.Reset(e.body)
-		out.Body = &e.replay
-	default:
-		// A Transport may still read the body after RoundTrip returned,
-		// and may ask for it again (GetBody). It also keeps the request
-		// while the answer streams: the bytes are let go at commit
-		// (forgetRequest) through a.sent, once a write has read them all.
-		a.sent = &sentBody{b: e.body}
-		out.Body = a.sent.reader()
-		out.GetBody = a.sent.getBody
-	}
 	u.requests.Add(1)
-	t0 := time.Now()
 	var resp *http.Response
 	var err error
+	t0 := time.Now()
 	if e.g.h1 != nil {
-		resp, err = e.g.h1.RoundTripOutbound(out, e)
+		resp, err = e.g.h1.RoundTripOutbound(ctx, e.outbound(u), e)
 	} else {
-		resp, err = e.g.transport.RoundTrip(out)
+		resp, err = e.g.transport.RoundTrip(e.transportRequest(ctx, u, &a))
 	}
 	a.latency = time.Since(t0)
 	if !u.waiting.remove(&e.headerWait) && err == nil && errors.Is(ctx.Cause(), errBackendDown) {
@@ -727,6 +718,54 @@ func (e *exchange) try(u *Upstream) (attempt, error) {
 	}
 	a.resp = resp
 	return a, err
+}
+
+// target is the URL of e's request on u.
+func (e *exchange) target(u *Upstream) url.URL {
+	return url.URL{Scheme: "http", Host: u.address, Path: e.path, RawPath: e.rawPath, RawQuery: e.r.URL.RawQuery}
+}
+
+// outbound is the request to u for the h1 client, which is done with it
+// when RoundTrip returns (it has written the body into its buffer and
+// never asks for it again): the exchange's one request, URL and body
+// reader serve every attempt, and the attempt's context is handed to the
+// client beside it.
+func (e *exchange) outbound(u *Upstream) *http.Request {
+	o := &e.out
+	o.url = e.target(u)
+	o.req = http.Request{
+		Method: e.r.Method, URL: &o.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        e.r.Header, // shaped by e (h1.Outbound)
+		ContentLength: int64(len(e.body)),
+		// The backend's own address as Host: Ollama bound to loopback
+		// refuses other Host values. The client's is in X-Forwarded-Host.
+		Host: u.address,
+	}
+	if len(e.body) > 0 {
+		e.replay.Reset(e.body)
+		o.req.Body = &e.replay
+	}
+	return &o.req
+}
+
+// transportRequest is the request to u for net/http's Transport, one per
+// attempt: a Transport may still write a failed attempt's request, read
+// its body after RoundTrip returned, and ask for the body again (GetBody).
+// It also keeps the request while the answer streams: the body's bytes are
+// let go at commit (forgetRequest) through a.sent, once a write has read
+// them all.
+func (e *exchange) transportRequest(ctx context.Context, u *Upstream, a *attempt) *http.Request {
+	target := e.target(u)
+	out := (&http.Request{
+		Method: e.r.Method, URL: &target, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: e.outHdr, ContentLength: int64(len(e.body)), Host: u.address,
+	}).WithContext(ctx)
+	if len(e.body) > 0 {
+		a.sent = &sentBody{b: e.body}
+		out.Body = a.sent.reader()
+		out.GetBody = a.sent.getBody
+	}
+	return out
 }
 
 // discard drops a held 502/503 answer that will not be sent.
@@ -825,7 +864,10 @@ func (e *exchange) open(a *attempt) bool {
 		// idle cancels the attempt when the backend falls silent; it runs
 		// only while a read waits, so a slow client is not taken for a
 		// silent backend.
-		e.sink.idle = time.AfterFunc(time.Hour, func() { a.cancel(errStreamIdle) })
+		// The attempt's context alone: the timer may fire as the exchange
+		// ends, and the exchange is reused (recycle).
+		ctx := a.ctx
+		e.sink.idle = time.AfterFunc(time.Hour, func() { ctx.cancel(errStreamIdle) })
 		e.sink.idle.Stop()
 		e.sink.idleFor = g.streamIdle
 	}
@@ -839,7 +881,7 @@ func (e *exchange) open(a *attempt) bool {
 // would otherwise hold them for its whole life.
 func (e *exchange) forgetRequest(a *attempt) {
 	e.body, e.prefix = nil, nil
-	e.outHdr = nil
+	e.outHdr, e.out = nil, outReq{}
 	e.replay.Reset(nil)
 	if a.sent != nil {
 		a.sent.drop()

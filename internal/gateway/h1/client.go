@@ -98,7 +98,7 @@ var wbufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // yield exactly req.ContentLength bytes. The request's context ending
 // closes the connection, which ends a wait for headers or a body read.
 func (cl *Client) RoundTrip(req *http.Request) (*http.Response, error) {
-	return cl.RoundTripOutbound(req, nil)
+	return cl.RoundTripOutbound(req.Context(), req, nil)
 }
 
 // Outbound shapes the header a proxy sends on, without a header map of
@@ -109,13 +109,14 @@ type Outbound interface {
 	ExtraFields() Fields
 }
 
-// RoundTripOutbound is RoundTrip with the header shaped by o (nil: as it
-// is). The request's Header is only read, and not after it returns.
-func (cl *Client) RoundTripOutbound(req *http.Request, o Outbound) (*http.Response, error) {
+// RoundTripOutbound is RoundTrip under ctx (the request's own context is
+// not read) with the header shaped by o (nil: as it is). Nothing of the
+// request is read after it returns: a caller may reuse it for its next
+// attempt.
+func (cl *Client) RoundTripOutbound(ctx context.Context, req *http.Request, o Outbound) (*http.Response, error) {
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
 		return nil, fmt.Errorf("h1: want an http:// URL with a host, got %v", req.URL)
 	}
-	ctx := req.Context()
 	wb := wbufPool.Get().(*bytes.Buffer)
 	wb.Reset()
 	defer func() {
