@@ -17,6 +17,14 @@
 #   WARMUP=2s         an unreported wrk run against each target first
 #   MODES="get post"  get:  GET /api/tags, no body
 #                     post: POST /api/chat with a 118-byte JSON body
+#                     paced: post, but each connection waits PACE_MS after
+#                     each answer before its next request, so that every
+#                     target carries about the same load (64 connections,
+#                     4 ms: about 13,000 req/s here) and CPU per request is
+#                     compared at equal load instead of at each one's own
+#                     saturation, where a slower proxy also pays for waking
+#                     peers that had gone idle
+#   PACE_MS=4         the pause of paced
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
 #
 # Needs: go, nginx, haproxy, wrk, curl. Nothing needs root.
@@ -28,6 +36,7 @@ THREADS=${THREADS:-2}
 RUNS=${RUNS:-3}
 WARMUP=${WARMUP:-2s}
 MODES=${MODES:-get post}
+PACE_MS=${PACE_MS:-4}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -264,14 +273,20 @@ wrk.path = "/api/chat"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '$post_body'
 EOF
+{
+	cat "$tmp/post.lua"
+	echo "function delay() return $PACE_MS end"
+} >"$tmp/paced.lua"
 
 # wrk_run TARGET MODE DURATION OUTFILE
 wrk_run() {
 	local url="http://127.0.0.1:${port[$1]}/api/tags" script=()
-	if [[ $2 == post ]]; then
+	case $2 in
+	post | paced)
 		url="http://127.0.0.1:${port[$1]}/api/chat"
-		script=(-s "$tmp/post.lua")
-	fi
+		script=(-s "$tmp/$2.lua")
+		;;
+	esac
 	local c0 c1
 	c0=$(cpu_ticks "${tpid[$1]}")
 	wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1
@@ -325,7 +340,8 @@ for mode in $MODES; do
 	case $mode in
 	get) what="GET /api/tags (no request body)" ;;
 	post) what="POST /api/chat with a ${#post_body}-byte JSON body" ;;
-	*) echo "run.sh: unknown mode $mode in MODES (want get, post)" >&2; exit 1 ;;
+	paced) what="POST /api/chat with a ${#post_body}-byte JSON body, paced: $PACE_MS ms between a connection's answer and its next request" ;;
+	*) echo "run.sh: unknown mode $mode in MODES (want get, post, paced)" >&2; exit 1 ;;
 	esac
 	log "mode $mode: warming up"
 	for t in "${targets[@]}"; do
@@ -349,11 +365,13 @@ for mode in $MODES; do
 
 	# shellcheck disable=SC2086 # word splitting of the lists is intended
 	ref=$(median ${rps[haproxy]})
+	# shellcheck disable=SC2086
+	cref=$(median ${cpu[haproxy]})
 	echo
 	echo "### $what; response: ${#body}-byte JSON"
 	echo
-	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request |"
-	echo "|---|---:|---:|---:|---:|---:|"
+	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request | CPU per request relative to HAProxy |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
 	for t in "${targets[@]}"; do
 		# shellcheck disable=SC2086
 		r=$(median ${rps[$t]})
@@ -363,13 +381,17 @@ for mode in $MODES; do
 		b=$(median ${p99[$t]})
 		# shellcheck disable=SC2086
 		c=$(median ${cpu[$t]})
-		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v who="$([[ $t == backend ]] && echo " (backend)")" \
-			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s |\n", l, r, a, b, 100 * r / ref, c, who }'
+		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v cref="$cref" -v who="$([[ $t == backend ]] && echo " (backend)")" \
+			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s | %.2fx |\n", l, r, a, b, 100 * r / ref, c, who, c / cref }'
 	done
 	echo
 	echo "per-run req/s:"
 	for t in "${targets[@]}"; do
 		echo "  $t: ${rps[$t]}"
+	done
+	echo "per-run CPU per request (µs):"
+	for t in "${targets[@]}"; do
+		echo "  $t: ${cpu[$t]}"
 	done
 	echo "CPU per request: user+system CPU time of the proxy process (nginx: master and"
 	echo "workers) over the run divided by the requests wrk completed; for the baseline,"
