@@ -168,9 +168,38 @@ func (d *chunkDecoder) addTrailer(line []byte) error {
 // validFieldName reports whether k is an RFC 9110 token.
 func validFieldName(k []byte) bool {
 	for _, c := range k {
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+		if !tokenByte[c] {
 			return false
 		}
 	}
 	return true
+}
+
+// tokenByte tells the bytes a token (a field name, RFC 9110 section 5.6.2)
+// may hold: visible ASCII but the delimiters.
+var tokenByte = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c)
+	}
+	return t
+}()
+
+// trimOWS trims the optional white space around a field value (spaces and
+// tabs, RFC 9110 section 5.6.3), as strings.Trim(s, " \t") does without
+// building its set on each call.
+func trimOWS(s string) string { return trimFunc(s, isOWS) }
+
+func isOWS(c byte) bool { return c == ' ' || c == '\t' }
+
+func isSpaceOrLineEnd(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// trimFunc trims the bytes drop reports from both ends of s.
+func trimFunc(s string, drop func(byte) bool) string {
+	for len(s) > 0 && drop(s[0]) {
+		s = s[1:]
+	}
+	for len(s) > 0 && drop(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
 }

@@ -29,7 +29,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -417,17 +416,16 @@ func writeRequest(wb *bytes.Buffer, req *http.Request, o Outbound) error {
 // or LF in it becomes a space (the value cannot end the line or start a
 // header of its own), and the spaces and tabs around it are dropped.
 func appendFieldValue(wb *bytes.Buffer, v string) {
-	v = strings.Trim(v, " \t\r\n")
-	for {
-		i := strings.IndexAny(v, "\r\n")
-		if i < 0 {
-			wb.WriteString(v)
-			return
+	v = trimFunc(v, isSpaceOrLineEnd)
+	start := 0
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == '\r' || c == '\n' {
+			wb.WriteString(v[start:i])
+			wb.WriteByte(' ')
+			start = i + 1
 		}
-		wb.WriteString(v[:i])
-		wb.WriteByte(' ')
-		v = v[i+1:]
 	}
+	wb.WriteString(v[start:])
 }
 
 func needsLength(method string) bool {

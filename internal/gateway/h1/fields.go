@@ -46,7 +46,7 @@ func (f Fields) Values(name string) []string {
 func splitField(line string) (key, value string, ok bool) {
 	colon := strings.IndexByte(line, ':')
 	key = line[:colon]
-	value = strings.Trim(line[colon+1:], " \t")
+	value = trimOWS(line[colon+1:])
 	return key, value, httpguts.ValidHeaderFieldValue(value)
 }
 

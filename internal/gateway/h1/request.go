@@ -306,7 +306,7 @@ func addField(h http.Header, vals []string, i int, line string) (string, bool) {
 	if c, ok := commonHeader[key]; ok {
 		key = c
 	}
-	v := strings.Trim(line[colon+1:], " \t")
+	v := trimOWS(line[colon+1:])
 	if !httpguts.ValidHeaderFieldValue(v) {
 		return key, false
 	}

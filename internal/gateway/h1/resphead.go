@@ -261,7 +261,7 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 		resp.Trailer = http.Header{}
 		for _, v := range fr.trailer {
 			for _, k := range strings.Split(v, ",") {
-				k = strings.Trim(k, " \t")
+				k = trimOWS(k)
 				if k == "" {
 					continue
 				}
@@ -297,7 +297,7 @@ func (f *framingFields) add(k, v string) {
 	switch k {
 	case "Connection":
 		for t := range strings.SplitSeq(v, ",") {
-			switch t = strings.Trim(t, " \t"); {
+			switch t = trimOWS(t); {
 			case strings.EqualFold(t, "close"):
 				f.close = true
 			case strings.EqualFold(t, "keep-alive"):
