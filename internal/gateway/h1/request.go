@@ -99,6 +99,26 @@ func (hr *headReader) read(br *bufio.Reader, max int, req *http.Request) error {
 	return hr.build(s, req)
 }
 
+// headComplete reports whether b, the start of what a connection sent,
+// holds a whole request head: after the empty lines a client may send
+// before a request (which read skips), the empty line that ends a head,
+// after a CRLF or a bare LF. Reading such a head cannot wait for the
+// client. Pure.
+func headComplete(b []byte) bool {
+	i := 0
+	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	b = b[i:]
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
+// buffered returns the bytes br holds, without reading.
+func buffered(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return b
+}
+
 // readLine appends the next line of br, without its line end (CRLF or a
 // bare LF), to dst, reading at most max bytes.
 func readLine(br *bufio.Reader, dst []byte, max int) ([]byte, error) {

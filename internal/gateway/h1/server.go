@@ -390,7 +390,9 @@ func (c *sconn) serve() {
 		if !c.state.CompareAndSwap(stateIdle, stateActive) {
 			return // closed by Shutdown
 		}
-		if s.ReadHeaderTimeout > 0 {
+		if s.ReadHeaderTimeout > 0 && !headComplete(buffered(c.br)) {
+			// A head already whole in the buffer is read without a
+			// system call: it needs no deadline.
 			_ = c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
 			deadline = true
 		}
