@@ -524,16 +524,22 @@ func (e *exchange) pick() *Upstream {
 			src = t.pools[e.pool]
 		}
 		byModel := e.hasModel && t.modelAware && anyServes(src, e.model)
-		now := g.clock.Now().UnixNano()
+		// The clock is read only for a backend that was ever ejected.
+		var now int64
 		cands := e.candBuf[:0]
 		anyEjected := false
 		for _, u := range src {
 			if !e.eligible(u) || (byModel && !u.serves(e.model)) {
 				continue
 			}
-			if u.ejected(now) {
-				anyEjected = true
-				continue
+			if u.ejectedUntil.Load() != 0 {
+				if now == 0 {
+					now = g.clock.Now().UnixNano()
+				}
+				if u.ejected(now) {
+					anyEjected = true
+					continue
+				}
 			}
 			if g.full(u) {
 				e.saturated = true
