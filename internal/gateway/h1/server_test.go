@@ -38,8 +38,28 @@ func serve(t *testing.T, s *Server) string {
 }
 
 // rawExchange writes req on a new connection and reads until the server
-// closes it or timeout passes.
+// closes it or 2 s pass.
 func rawExchange(t *testing.T, addr, req string) string {
+	t.Helper()
+	out, _ := readRaw(t, addr, req, 2*time.Second)
+	return out
+}
+
+// closedBy is rawExchange that fails if the server has not closed the
+// connection within limit.
+func closedBy(t *testing.T, addr, req string, limit time.Duration) string {
+	t.Helper()
+	out, err := readRaw(t, addr, req, limit)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("after %q the server kept the connection open for %v", req, limit)
+	}
+	return out
+}
+
+// readRaw writes req on a new connection and reads until the server closes
+// it (err nil) or limit passes (a timeout).
+func readRaw(t *testing.T, addr, req string, limit time.Duration) (string, error) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -49,9 +69,9 @@ func rawExchange(t *testing.T, addr, req string) string {
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	out, _ := io.ReadAll(c)
-	return string(out)
+	_ = c.SetReadDeadline(time.Now().Add(limit))
+	out, err := io.ReadAll(c)
+	return string(out), err
 }
 
 func echo(w http.ResponseWriter, r *http.Request) {

@@ -1,9 +1,6 @@
 package h1
 
 import (
-	"errors"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,27 +27,6 @@ func TestHeadComplete(t *testing.T) {
 			t.Errorf("headComplete(%q) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
-}
-
-// closedBy writes req on a new connection and reads until the server
-// closes it; it fails if the server has not closed it within limit.
-func closedBy(t *testing.T, addr, req string, limit time.Duration) string {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(limit))
-	out, err := io.ReadAll(c)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("after %q the server kept the connection open for %v", req, limit)
-	}
-	return string(out)
 }
 
 // TestServerTimeouts: a client that sends part of a head and stops, after
