@@ -153,16 +153,15 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 	if !c.watch(ctx) {
 		return nil, ctx.Err()
 	}
-	if _, err := c.sk.Write(wire); err != nil {
-		return nil, err
-	}
+	// The header timeout counts from the end of the request (it starts
+	// again if the request is not written at once: writeThenRead).
 	if cl.headerTimeout > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(cl.headerTimeout))
 	}
 	// The first bytes of the answer are waited for without a buffer
 	// (the time to first token of a queued request can be long).
-	if err := c.readMore(); err != nil {
-		return nil, cl.headerErr(err)
+	if err := c.writeThenRead(wire, cl.headerTimeout); err != nil {
+		return nil, cl.headerErr(err) // a failed write's error passes as it is
 	}
 	var resp *http.Response
 	var fields Fields
