@@ -241,18 +241,14 @@ func (c *conn) sendRead(fd uintptr) bool {
 	if c.pend == nil {
 		return c.read(fd)
 	}
-	for len(c.pend) > 0 {
-		n, err := rawWrite(int(fd), c.pend)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return true // the rest is the caller's
-		case err != nil:
-			c.readErr = wrapSyscall("write", err)
-			return true
-		}
-		c.pend = c.pend[n:]
+	n, again, err := send(int(fd), c.pend)
+	c.pend = c.pend[n:]
+	switch {
+	case err != nil:
+		c.readErr = err
+		return true
+	case again:
+		return true // the rest is the caller's
 	}
 	c.pend = nil
 	return false // wait for the answer

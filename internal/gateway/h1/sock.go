@@ -117,21 +117,34 @@ func (s *sock) Write(p []byte) (int, error) {
 }
 
 func (s *sock) write(fd uintptr) bool {
-	for len(s.wp) > 0 {
-		n, err := rawWrite(int(fd), s.wp)
+	n, again, err := send(int(fd), s.wp)
+	s.wn += n
+	s.wp = s.wp[n:]
+	if again {
+		return false
+	}
+	s.werr = err
+	return true
+}
+
+// send writes p on a non-blocking socket until all of it is sent, the
+// socket's buffer is full (again: the caller waits until it is writable,
+// or hands the rest on), or a send fails (the failure as net names it).
+// n is how much was sent.
+func send(fd int, p []byte) (n int, again bool, err error) {
+	for n < len(p) {
+		m, err := rawWrite(fd, p[n:])
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
-			return false
+			return n, true, nil
 		case err != nil:
-			s.werr = wrapSyscall("write", err)
-			return true
+			return n, false, wrapSyscall("write", err)
 		}
-		s.wn += n
-		s.wp = s.wp[n:]
+		n += m
 	}
-	return true
+	return n, false, nil
 }
 
 // maxIovecs is how many buffers one writev takes here; the rest go in the
