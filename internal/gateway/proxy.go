@@ -156,9 +156,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // exchanges keeps exchanges between requests. An exchange is the largest
 // thing a request allocates (about 1.3 KB with its outbound request, more
-// than the rest of the gateway's allocations together), and short requests come by the tens of
-// thousands a second: reused, they no longer drive garbage collections
-// (BENCHMARKS.md, issue 19 twelfth increment).
+// than the rest of the gateway's allocations together), and short requests
+// come by the tens of thousands a second: reused, they no longer drive
+// garbage collections (BENCHMARKS.md, issue 19 twelfth increment).
 var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 
 // recycle hands e back to exchanges once ServeHTTP is done with it. Nothing

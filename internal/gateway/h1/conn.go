@@ -202,26 +202,20 @@ func (c *conn) took(n int, err error) error {
 // then (if not 0: the header timeout, which counts from the end of the
 // request).
 func (c *conn) writeThenRead(wire []byte, timeout time.Duration) error {
-	if !c.sk.raw {
-		if _, err := c.sk.Write(wire); err != nil {
+	if c.sk.raw {
+		c.pend, c.readN, c.readErr = wire, 0, nil
+		err := c.sk.rc.Read(c.sendReadFn)
+		wire, c.pend = c.pend, nil // what is left to write
+		switch {
+		case err != nil:
 			return err
+		case wire == nil: // written, and the answer's first read done
+			return c.took(c.readN, c.readErr)
+		case c.readErr != nil: // the write failed
+			return c.readErr
 		}
-		c.restartDeadline(timeout)
-		return c.readMore()
 	}
-	c.pend, c.readN, c.readErr = wire, 0, nil
-	err := c.sk.rc.Read(c.sendReadFn)
-	left := c.pend
-	c.pend = nil
-	switch {
-	case err != nil:
-		return err
-	case left == nil: // written, and the answer's first read done
-		return c.took(c.readN, c.readErr)
-	case c.readErr != nil: // the write failed
-		return c.readErr
-	}
-	if _, err := c.sk.Write(left); err != nil {
+	if _, err := c.sk.Write(wire); err != nil {
 		return err
 	}
 	c.restartDeadline(timeout)
