@@ -3,10 +3,13 @@ package h1
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -41,5 +44,73 @@ func TestHeaderTimeoutCountsFromTheRequestsEnd(t *testing.T) {
 	}
 	if took := time.Since(start); took < timeout {
 		t.Fatalf("the request took %v, less than the header timeout: it does not test the restart", took)
+	}
+}
+
+// countingConn is a real TCP connection whose RawConn counts the calls
+// made on it.
+type countingConn struct {
+	*net.TCPConn
+	reads, writes *atomic.Int32
+}
+
+func (c countingConn) SyscallConn() (syscall.RawConn, error) {
+	rc, err := c.TCPConn.SyscallConn()
+	return countingRaw{rc, c.reads, c.writes}, err
+}
+
+type countingRaw struct {
+	syscall.RawConn
+	reads, writes *atomic.Int32
+}
+
+func (r countingRaw) Read(f func(uintptr) bool) error {
+	r.reads.Add(1)
+	return r.RawConn.Read(f)
+}
+
+func (r countingRaw) Write(f func(uintptr) bool) error {
+	r.writes.Add(1)
+	return r.RawConn.Write(f)
+}
+
+// TestRequestWrittenInsideTheWait: a short request is written and its
+// answer's head read in one RawConn.Read, with no RawConn.Write of its
+// own, so that no receive is spent finding that nothing has come yet
+// (writeThenRead; a write first and a read after cost one receive more
+// per request, BENCHMARKS.md issue 19 thirteenth increment).
+func TestRequestWrittenInsideTheWait(t *testing.T) {
+	if !rawSockets {
+		t.Skip("raw sockets are Linux's")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	var reads, writes atomic.Int32
+	d := &net.Dialer{}
+	cl := New(Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{nc.(*net.TCPConn), &reads, &writes}, nil
+	}})
+	defer cl.Close()
+	for i := range 3 {
+		reads.Store(0)
+		writes.Store(0)
+		resp, err := cl.RoundTrip(newReq(t, context.Background(), "POST", srv.URL, `{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "ok" {
+			t.Fatalf("request %d: answer %q", i, b)
+		}
+		if r, w := reads.Load(), writes.Load(); r != 1 || w != 0 {
+			t.Errorf("request %d: %d RawConn reads and %d writes on the backend connection, want 1 and 0", i, r, w)
+		}
 	}
 }
