@@ -1,6 +1,12 @@
 package h1
 
 import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,5 +57,98 @@ func TestServerTimeouts(t *testing.T) {
 	idle := serve(t, &Server{Handler: http.HandlerFunc(echo), ReadHeaderTimeout: time.Minute, IdleTimeout: 100 * time.Millisecond})
 	if out := closedBy(t, idle, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n", 5*time.Second); !strings.Contains(out, "GET /a host=x") {
 		t.Errorf("the request before the idle time was not answered: %q", out)
+	}
+}
+
+// TestServerIdleTimeoutCountsFromTheLastRequest: a connection is closed
+// one idle timeout after its last request, not after its first: the client
+// asks again a fifth of the timeout after its first request, and once more
+// past one timeout after the first (within one of the second), which must
+// be answered. It fails if the idle deadline set before the first request
+// is left in place for the second (checked: a deadline moved only when it
+// is more than a quarter of the timeout early fails it).
+func TestServerIdleTimeoutCountsFromTheLastRequest(t *testing.T) {
+	const d = 2 * time.Second
+	addr := serve(t, &Server{Handler: http.HandlerFunc(echo), IdleTimeout: d})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	ask := func(path string) error {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return err
+	}
+	start := time.Now()
+	if err := ask("/a"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d / 5) // the client's own pause, not a wait for a condition
+	if err := ask("/b"); err != nil {
+		t.Fatal(err)
+	}
+	second := time.Now()
+	time.Sleep(time.Until(start.Add(d + d/10))) // past the deadline set before /a, within d of /b
+	if since := time.Since(second); since >= d {
+		t.Skipf("the machine stalled: %v since the second request", since)
+	}
+	if err := ask("/c"); err != nil {
+		t.Fatalf("the connection was closed %v after its last request, before the idle timeout of %v: %v", time.Since(second), d, err)
+	}
+	third := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(3 * d))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the idle timeout, a read got %v, want io.EOF", err)
+	}
+	if idle := time.Since(third); idle < d {
+		t.Errorf("closed after %v idle, before the idle timeout of %v", idle, d)
+	}
+}
+
+// TestServerWatchesARequestArmedWhileTheTimerRuns: a request that follows
+// a short one at once on the same connection, while the watch timer the
+// short one set may still run, is watched too: the client leaving it is
+// noticed. It fails if a timer set for an earlier request is taken for
+// the later one's without being set again (checked).
+func TestServerWatchesARequestArmedWhileTheTimerRuns(t *testing.T) {
+	cancelled, read := make(chan error, 1), make(chan struct{})
+	addr := serve(t, &Server{WatchAfter: 300 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/short" {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		close(read)
+		<-r.Context().Done()
+		cancelled <- r.Context().Err()
+	})})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	_, _ = io.WriteString(c, "GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
+	readUntil(t, br, "\r\n\r\nok")
+	_, _ = io.WriteString(c, "GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-read
+	c.Close()
+	select {
+	case err := <-cancelled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second request's context was not cancelled after the client left")
 	}
 }
