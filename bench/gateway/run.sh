@@ -24,6 +24,15 @@
 #                     compared at equal load instead of at each one's own
 #                     saturation, where a slower proxy also pays for waking
 #                     peers that had gone idle
+#                     paired: post, but the gateway and one peer proxy
+#                     (HAProxy, then nginx) are loaded at the same time,
+#                     each by its own wrk with half the threads and
+#                     connections, so that both meet the same machine at
+#                     the same moment: what else runs here (other tenants
+#                     of a shared host move a proxy's CPU per request by
+#                     30 % from one run to the next) weighs on both alike,
+#                     and the ratio of their CPU per request holds from run
+#                     to run where the one-at-a-time modes' does not
 #   PACE_MS=4         the pause of paced
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
 #
@@ -323,6 +332,56 @@ median() { # numbers as arguments
 	printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
 
+# wrk_pair PEER DURATION OUTGW OUTPEER: the gateway and PEER under POSTs at
+# the same time, each by a wrk with half the threads and connections; the
+# CPU of each over the same span is appended to its output.
+wrk_pair() {
+	local t c g0 g1 p0 p1 wg wp
+	t=$(((THREADS + 1) / 2)) c=$(((CONNECTIONS + 1) / 2))
+	g0=$(cpu_ticks "$gateway_pid") p0=$(cpu_ticks "${tpid[$1]}")
+	wrk -t"$t" -c"$c" -d"$2" --latency -s "$tmp/post.lua" "http://127.0.0.1:$gateway_port/api/chat" >"$3" 2>&1 &
+	wg=$!
+	wrk -t"$t" -c"$c" -d"$2" --latency -s "$tmp/post.lua" "http://127.0.0.1:${port[$1]}/api/chat" >"$4" 2>&1 &
+	wp=$!
+	wait "$wg" "$wp"
+	g1=$(cpu_ticks "$gateway_pid") p1=$(cpu_ticks "${tpid[$1]}")
+	echo "cpu_ticks: $((g1 - g0)) (CLK_TCK $clk_tck, pid $gateway_pid and children: gateway)" >>"$3"
+	echo "cpu_ticks: $((p1 - p0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
+}
+
+# paired_mode: MODES=paired (see the top of this file).
+paired_mode() {
+	local peer run f g p rg cg rp cp ratios cg_all cp_all rr_all e
+	echo
+	echo "### POST /api/chat with a ${#post_body}-byte JSON body, the gateway and a peer loaded at the same time (wrk -t$(((THREADS + 1) / 2)) -c$(((CONNECTIONS + 1) / 2)) on each)"
+	echo
+	echo "| peer | gateway CPU per request | peer CPU per request | gateway / peer, median (worst run) | gateway's req/s / peer's, median |"
+	echo "|---|---:|---:|---:|---:|"
+	for peer in haproxy nginx; do
+		log "mode paired: warming up with $peer"
+		wrk_pair "$peer" "$WARMUP" "$results/paired-$peer-gw-warmup.txt" "$results/paired-$peer-warmup.txt"
+		ratios="" cg_all="" cp_all="" rr_all="" e=0
+		for run in $(seq 1 "$RUNS"); do
+			log "mode paired: run $run/$RUNS: gateway with $peer"
+			g="$results/paired-$peer-gw-run$run.txt" p="$results/paired-$peer-run$run.txt"
+			wrk_pair "$peer" "$DURATION" "$g" "$p"
+			read -r rg _ _ f cg <<<"$(parse "$g")"
+			e=$((e + f))
+			read -r rp _ _ f cp <<<"$(parse "$p")"
+			e=$((e + f))
+			cg_all+="$cg " cp_all+="$cp "
+			ratios+="$(awk -v a="$cg" -v b="$cp" 'BEGIN {printf "%.3f", a / b}') "
+			rr_all+="$(awk -v a="$rg" -v b="$rp" 'BEGIN {printf "%.3f", a / b}') "
+		done
+		# shellcheck disable=SC2086 # word splitting of the lists is intended
+		awk -v l="${label[$peer]}" -v g="$(median $cg_all)" -v p="$(median $cp_all)" -v r="$(median $ratios)" \
+			-v w="$(printf '%s\n' $ratios | sort -g | tail -1)" -v q="$(median $rr_all)" \
+			'BEGIN { printf "| %s | %.1f µs | %.1f µs | %.2fx (%.2fx) | %.2f |\n", l, g, p, r, w, q }'
+		echo "  per-run gateway / $peer CPU per request: $ratios"
+		((e == 0)) || echo "WARNING: $e non-2xx responses or socket errors in the runs with $peer (see $results/paired-$peer-*)"
+	done
+}
+
 cat <<EOF
 
 Proxy overhead benchmark — $(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -341,7 +400,11 @@ for mode in $MODES; do
 	get) what="GET /api/tags (no request body)" ;;
 	post) what="POST /api/chat with a ${#post_body}-byte JSON body" ;;
 	paced) what="POST /api/chat with a ${#post_body}-byte JSON body, paced: $PACE_MS ms between a connection's answer and its next request" ;;
-	*) echo "run.sh: unknown mode $mode in MODES (want get, post, paced)" >&2; exit 1 ;;
+	paired)
+		paired_mode
+		continue
+		;;
+	*) echo "run.sh: unknown mode $mode in MODES (want get, post, paced, paired)" >&2; exit 1 ;;
 	esac
 	log "mode $mode: warming up"
 	for t in "${targets[@]}"; do
