@@ -1,7 +1,6 @@
 package h1
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -99,13 +98,7 @@ func TestServerRequestsDoNotSeeEachOther(t *testing.T) {
 			w.Header().Set("X-T", "t")
 		}
 	})})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialRaw(t, addr)
 	for _, tc := range []struct {
 		req  string
 		want view

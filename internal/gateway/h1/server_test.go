@@ -341,14 +341,34 @@ func TestServerNoticesAClientLeaving(t *testing.T) {
 	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
 	<-read
 	c.Close()
+	wantCancelled(t, cancelled, "the request")
+}
+
+// wantCancelled waits up to 10 s for a handler to report its context's
+// end on cancelled, and fails unless it was cancelled.
+func wantCancelled(t *testing.T, cancelled <-chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-cancelled:
 		if !errors.Is(err, context.Canceled) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the request's context was not cancelled after the client left")
+		t.Fatalf("%s's context was not cancelled after the client left", what)
 	}
+}
+
+// dialRaw opens a connection to addr, with a 10 s deadline, and a reader
+// of it; the connection is closed when the test ends.
+func dialRaw(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
 }
 
 // TestServerWatchStopsForTheAnswer: a watch under way ends when the answer

@@ -1,12 +1,8 @@
 package h1
 
 import (
-	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -70,12 +66,7 @@ func TestServerTimeouts(t *testing.T) {
 func TestServerIdleTimeoutCountsFromTheLastRequest(t *testing.T) {
 	const d = 2 * time.Second
 	addr := serve(t, &Server{Handler: http.HandlerFunc(echo), IdleTimeout: d})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	br := bufio.NewReader(c)
+	c, br := dialRaw(t, addr)
 	ask := func(path string) error {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
@@ -131,24 +122,11 @@ func TestServerWatchesARequestArmedWhileTheTimerRuns(t *testing.T) {
 		<-r.Context().Done()
 		cancelled <- r.Context().Err()
 	})})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialRaw(t, addr)
 	_, _ = io.WriteString(c, "GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
 	readUntil(t, br, "\r\n\r\nok")
 	_, _ = io.WriteString(c, "GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
 	<-read
 	c.Close()
-	select {
-	case err := <-cancelled:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second request's context was not cancelled after the client left")
-	}
+	wantCancelled(t, cancelled, "the second request")
 }
