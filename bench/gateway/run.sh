@@ -32,7 +32,9 @@
 #                     of a shared host move a proxy's CPU per request by
 #                     30 % from one run to the next) weighs on both alike,
 #                     and the ratio of their CPU per request holds from run
-#                     to run where the one-at-a-time modes' does not
+#                     to run where the one-at-a-time modes' does not; the
+#                     run fails (exit 1, after every table) if the median
+#                     ratio to HAProxy is over issue 19's limit of 1.5x
 #   PACE_MS=4         the pause of paced
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
 #
@@ -349,7 +351,9 @@ wrk_pair() {
 	echo "cpu_ticks: $((p1 - p0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
 }
 
-# paired_mode: MODES=paired (see the top of this file).
+# paired_mode: MODES=paired (see the top of this file). It sets
+# paired_failed when the gateway is over the limit.
+paired_failed=0
 paired_mode() {
 	local peer run f g p rg cg rp cp ratios cg_all cp_all rr_all e
 	echo
@@ -378,6 +382,11 @@ paired_mode() {
 			-v w="$(printf '%s\n' $ratios | sort -g | tail -1)" -v q="$(median $rr_all)" \
 			'BEGIN { printf "| %s | %.1f µs | %.1f µs | %.2fx (%.2fx) | %.2f |\n", l, g, p, r, w, q }'
 		echo "  per-run gateway / $peer CPU per request: $ratios"
+		# shellcheck disable=SC2086
+		if [[ $peer == haproxy ]] && awk -v r="$(median $ratios)" 'BEGIN {exit !(r > 1.5)}'; then
+			echo "FAIL: the gateway's CPU per request is $(median $ratios)x HAProxy's, over the limit of 1.5x (issue 19)"
+			paired_failed=1
+		fi
 		((e == 0)) || echo "WARNING: $e non-2xx responses or socket errors in the runs with $peer (see $results/paired-$peer-*)"
 	done
 }
@@ -470,3 +479,4 @@ done
 echo
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "raw wrk output: $results"
+((paired_failed == 0)) || exit 1

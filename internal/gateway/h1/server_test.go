@@ -384,13 +384,7 @@ func TestServerWatchStopsForTheAnswer(t *testing.T) {
 		}
 		fmt.Fprint(w, r.URL.Path)
 	})
-	c, err := net.Dial("tcp", serve(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialRaw(t, serve(t, s))
 	_, _ = io.WriteString(c, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
 	if got := readUntil(t, br, "\r\n\r\n/1"); !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
 		t.Fatalf("first answer %q", got)
