@@ -10,6 +10,8 @@
 //	-engine h1:       the gateway's own engine, h1.Server and h1.Client
 //	-engine loop:     an epoll loop per processor, no HTTP engine at all
 //	                  (loop_linux.go): the floor of an event-loop design
+//	-engine coro:     the same loops running each connection's blocking-
+//	                  style code as a coroutine (coro_linux.go)
 //
 // bench/gateway/enginefloor/run.sh runs it in bench/gateway/run.sh's place
 // of the gateway, beside HAProxy and nginx.
@@ -34,7 +36,7 @@ import (
 )
 
 func main() {
-	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1 or loop")
+	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, loop or coro")
 	listen := flag.String("listen", "127.0.0.1:18080", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:18081", "the backend's host:port")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-for here")
@@ -74,8 +76,10 @@ func main() {
 		log.Fatal((&h1.Server{Handler: h1Proxy(*backend)}).Serve(ln))
 	case "loop":
 		serveLoops(*listen, *backend)
+	case "coro":
+		serveCoroLoops(*listen, *backend)
 	default:
-		log.Fatalf("-engine %q: want nethttp, fasthttp, h1 or loop", *engine)
+		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, loop or coro", *engine)
 	}
 }
 

@@ -1,0 +1,279 @@
+//go:build linux
+
+package main
+
+// The floor of an event loop that runs blocking-style code (-engine coro):
+// one loop per processor, as in -engine loop, but each client connection
+// is served by a function written as a goroutine-per-connection server
+// writes it (read a request, send it to the backend, read the answer,
+// send it back), run as a coroutine (iter.Pull) of its loop. A receive or
+// send that would block yields to the loop, which resumes the coroutine
+// when its socket is ready: the switch is the runtime's coroswitch, a
+// direct hand-over on the loop's thread, with no scheduler turn, no other
+// thread woken and no poller of the runtime per socket. The question it
+// answers (issue 19, item 3): does code in the style of the gateway's
+// handlers keep the event loop's cost once it runs this way?
+//
+// Unlike -engine loop, the loop is not on a locked thread of its own: it
+// waits for its epoll instance in the runtime's poller (as the gateway's
+// stream loops do, internal/gateway/h1/loop_linux.go), so that a
+// coroutine could also be handed to an ordinary goroutine when it has to
+// wait for something that is not a socket.
+
+import (
+	"errors"
+	"iter"
+	"log"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func serveCoroLoops(listen, backend string) {
+	la, err := net.ResolveTCPAddr("tcp", listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ba, err := net.ResolveTCPAddr("tcp", backend)
+	if err != nil {
+		log.Fatal(err)
+	}
+	n := runtime.GOMAXPROCS(0)
+	done := make(chan error)
+	for range n {
+		ln, err := reusePortListener(la)
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() { done <- coroLoop(ln, ba) }()
+	}
+	log.Fatal(<-done)
+}
+
+var errStopped = errors.New("stopped")
+
+// coConn is one client connection and its backend connection, served by
+// a coroutine.
+type coConn struct {
+	cfd, bfd int
+	yield    func(struct{}) bool
+	next     func() (struct{}, bool)
+	stop     func()
+}
+
+func (c *coConn) recv(fd int, p []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, p)
+		if err == unix.EAGAIN {
+			if !c.yield(struct{}{}) {
+				return 0, errStopped
+			}
+			continue
+		}
+		if err == nil && n == 0 {
+			return 0, errors.New("eof")
+		}
+		return n, err
+	}
+}
+
+func (c *coConn) send(fd int, p []byte) error {
+	for len(p) > 0 {
+		n, err := unix.Write(fd, p)
+		if err == unix.EAGAIN || err == unix.ENOTCONN {
+			if !c.yield(struct{}{}) {
+				return errStopped
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// message reads one HTTP message with a Content-Length (or none) from fd
+// into buf, returning it.
+func (c *coConn) message(fd int, buf []byte) ([]byte, error) {
+	have := 0
+	for {
+		n, err := c.recv(fd, buf[have:])
+		if err != nil {
+			return nil, err
+		}
+		have += n
+		end, length := headLength(buf[:have])
+		if end < 0 {
+			if have == len(buf) {
+				return nil, errors.New("head too large")
+			}
+			continue
+		}
+		want := end + int(max(length, 0))
+		if want > len(buf) {
+			return nil, errors.New("message too large")
+		}
+		if have >= want {
+			return buf[:have], nil
+		}
+	}
+}
+
+func (c *coConn) serve() {
+	var buf [16 << 10]byte
+	for {
+		req, err := c.message(c.cfd, buf[:])
+		if err != nil {
+			return
+		}
+		if c.send(c.bfd, req) != nil {
+			return
+		}
+		resp, err := c.message(c.bfd, buf[:])
+		if err != nil {
+			return
+		}
+		if c.send(c.cfd, resp) != nil {
+			return
+		}
+	}
+}
+
+// reusePortListener is a non-blocking listening socket on la, one of
+// several (SO_REUSEPORT).
+func reusePortListener(la *net.TCPAddr) (int, error) {
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, opt := range []int{unix.SO_REUSEPORT, unix.SO_REUSEADDR} {
+		if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, opt, 1); err != nil {
+			unix.Close(ln)
+			return -1, err
+		}
+	}
+	if err := unix.Bind(ln, sockaddr(la)); err != nil {
+		unix.Close(ln)
+		return -1, err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		unix.Close(ln)
+		return -1, err
+	}
+	return ln, nil
+}
+
+// coroLoop serves the connections of the listening socket ln, forwarding
+// to ba; it returns only on a failure to start.
+func coroLoop(ln int, ba *net.TCPAddr) error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ln, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
+		return err
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		return err
+	}
+	epc, err := os.NewFile(uintptr(ep), "epoll").SyscallConn()
+	if err != nil {
+		return err
+	}
+	bsa := sockaddr(ba)
+	var conns []*coConn
+	var free []int32
+	events := make([]unix.EpollEvent, 256)
+	end := func(slot int32) {
+		c := conns[slot]
+		conns[slot] = nil
+		free = append(free, slot)
+		_ = unix.Close(c.cfd)
+		_ = unix.Close(c.bfd)
+		c.stop()
+	}
+	resume := func(slot int32) {
+		c := conns[slot]
+		if c == nil {
+			return
+		}
+		if _, ok := c.next(); !ok {
+			end(slot)
+		}
+	}
+	accept := func() {
+		for {
+			cfd, _, err := unix.Accept4(ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err != nil {
+				return
+			}
+			bfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				_ = unix.Close(cfd)
+				continue
+			}
+			if err := unix.Connect(bfd, bsa); err != nil && err != unix.EINPROGRESS {
+				_ = unix.Close(cfd)
+				_ = unix.Close(bfd)
+				continue
+			}
+			_ = unix.SetsockoptInt(cfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			_ = unix.SetsockoptInt(bfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			var slot int32
+			if k := len(free); k > 0 {
+				slot, free = free[k-1], free[:k-1]
+			} else {
+				slot = int32(len(conns))
+				conns = append(conns, nil)
+			}
+			c := &coConn{cfd: cfd, bfd: bfd}
+			c.next, c.stop = iter.Pull(func(yield func(struct{}) bool) {
+				c.yield = yield
+				c.serve()
+			})
+			conns[slot] = c
+			const edge = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+			_ = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, cfd, &unix.EpollEvent{Events: edge, Fd: slot})
+			_ = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, bfd, &unix.EpollEvent{Events: edge, Fd: slot})
+			resume(slot)
+		}
+	}
+	err = epc.Read(func(uintptr) bool {
+		for {
+			n, e := epollWaitNow(ep, events)
+			if e == unix.EINTR {
+				continue
+			}
+			if e != nil {
+				log.Fatal("epoll_wait: ", e)
+			}
+			if n == 0 {
+				return false
+			}
+			for _, ev := range events[:n] {
+				if ev.Fd == -1 {
+					accept()
+					continue
+				}
+				resume(ev.Fd)
+			}
+		}
+	})
+	return err
+}
+
+// epollWaitNow is epoll_wait with a zero timeout, as a raw system call:
+// it never blocks, so the scheduler need not be told.
+func epollWaitNow(ep int, events []unix.EpollEvent) (int, error) {
+	n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
