@@ -12,6 +12,8 @@
 //	                  (loop_linux.go): the floor of an event-loop design
 //	-engine coro:     the same loops running each connection's blocking-
 //	                  style code as a coroutine (coro_linux.go)
+//	-engine raw:      that code on a goroutine per connection, through the
+//	                  runtime's poller, with no HTTP engine (raw.go)
 //
 // bench/gateway/enginefloor/run.sh runs it in bench/gateway/run.sh's place
 // of the gateway, beside HAProxy and nginx.
@@ -36,7 +38,7 @@ import (
 )
 
 func main() {
-	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, loop or coro")
+	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, loop, coro or raw")
 	listen := flag.String("listen", "127.0.0.1:18080", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:18081", "the backend's host:port")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-for here")
@@ -78,8 +80,10 @@ func main() {
 		serveLoops(*listen, *backend)
 	case "coro":
 		serveCoroLoops(*listen, *backend)
+	case "raw":
+		serveRaw(*listen, *backend)
 	default:
-		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, loop or coro", *engine)
+		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, loop, coro or raw", *engine)
 	}
 }
 
