@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // echoBackend is a real HTTP server answering each request with its path
@@ -68,5 +70,18 @@ func TestRawProxies(t *testing.T) {
 	}
 	defer ln.Close()
 	go func() { _ = rawProxy(ln, ba.String()) }()
+	checkProxies(t, "http://"+ln.Addr().String())
+}
+
+// TestH1ServerRawProxies runs -engine h1server on real sockets.
+func TestH1ServerRawProxies(t *testing.T) {
+	ba := echoBackend(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &h1.Server{Handler: h1ServerRaw(ba.String())}
+	go func() { _ = s.Serve(ln) }()
+	defer s.Close()
 	checkProxies(t, "http://"+ln.Addr().String())
 }
