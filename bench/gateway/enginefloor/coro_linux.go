@@ -26,33 +26,13 @@ import (
 	"log"
 	"net"
 	"os"
-	"runtime"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-func serveCoroLoops(listen, backend string) {
-	la, err := net.ResolveTCPAddr("tcp", listen)
-	if err != nil {
-		log.Fatal(err)
-	}
-	ba, err := net.ResolveTCPAddr("tcp", backend)
-	if err != nil {
-		log.Fatal(err)
-	}
-	n := runtime.GOMAXPROCS(0)
-	done := make(chan error)
-	for range n {
-		ln, err := reusePortListener(la)
-		if err != nil {
-			log.Fatal(err)
-		}
-		go func() { done <- coroLoop(ln, ba) }()
-	}
-	log.Fatal(<-done)
-}
+func serveCoroLoops(listen, backend string) { servePerProcessor(listen, backend, coroLoop) }
 
 var errStopped = errors.New("stopped")
 
@@ -98,44 +78,17 @@ func (c *coConn) send(fd int, p []byte) error {
 	return nil
 }
 
-// message reads one HTTP message with a Content-Length (or none) from fd
-// into buf, returning it.
-func (c *coConn) message(fd int, buf []byte) ([]byte, error) {
-	have := 0
-	for {
-		n, err := c.recv(fd, buf[have:])
-		if err != nil {
-			return nil, err
-		}
-		have += n
-		end, length := headLength(buf[:have])
-		if end < 0 {
-			if have == len(buf) {
-				return nil, errors.New("head too large")
-			}
-			continue
-		}
-		want := end + int(max(length, 0))
-		if want > len(buf) {
-			return nil, errors.New("message too large")
-		}
-		if have >= want {
-			return buf[:have], nil
-		}
-	}
-}
-
 func (c *coConn) serve() {
 	var buf [16 << 10]byte
 	for {
-		req, err := c.message(c.cfd, buf[:])
+		req, err := readMessage(func(p []byte) (int, error) { return c.recv(c.cfd, p) }, buf[:])
 		if err != nil {
 			return
 		}
 		if c.send(c.bfd, req) != nil {
 			return
 		}
-		resp, err := c.message(c.bfd, buf[:])
+		resp, err := readMessage(func(p []byte) (int, error) { return c.recv(c.bfd, p) }, buf[:])
 		if err != nil {
 			return
 		}
@@ -143,30 +96,6 @@ func (c *coConn) serve() {
 			return
 		}
 	}
-}
-
-// reusePortListener is a non-blocking listening socket on la, one of
-// several (SO_REUSEPORT).
-func reusePortListener(la *net.TCPAddr) (int, error) {
-	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	for _, opt := range []int{unix.SO_REUSEPORT, unix.SO_REUSEADDR} {
-		if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, opt, 1); err != nil {
-			unix.Close(ln)
-			return -1, err
-		}
-	}
-	if err := unix.Bind(ln, sockaddr(la)); err != nil {
-		unix.Close(ln)
-		return -1, err
-	}
-	if err := unix.Listen(ln, 4096); err != nil {
-		unix.Close(ln)
-		return -1, err
-	}
-	return ln, nil
 }
 
 // coroLoop serves the connections of the listening socket ln, forwarding
@@ -209,22 +138,13 @@ func coroLoop(ln int, ba *net.TCPAddr) error {
 	}
 	accept := func() {
 		for {
-			cfd, _, err := unix.Accept4(ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-			if err != nil {
+			cfd, bfd, ok, more := acceptPair(ln, bsa)
+			if !more {
 				return
 			}
-			bfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				_ = unix.Close(cfd)
+			if !ok {
 				continue
 			}
-			if err := unix.Connect(bfd, bsa); err != nil && err != unix.EINPROGRESS {
-				_ = unix.Close(cfd)
-				_ = unix.Close(bfd)
-				continue
-			}
-			_ = unix.SetsockoptInt(cfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-			_ = unix.SetsockoptInt(bfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 			var slot int32
 			if k := len(free); k > 0 {
 				slot, free = free[k-1], free[:k-1]

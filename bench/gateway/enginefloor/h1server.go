@@ -107,7 +107,7 @@ func (b *rawBackend) exchange(r *http.Request, host string) (int, string, []byte
 	if _, err := b.c.Write(out.Bytes()); err != nil {
 		return 0, "", nil, err
 	}
-	msg, err := rawMessage(b.c, b.buf[:])
+	msg, err := readMessage(b.c.Read, b.buf[:])
 	if err != nil {
 		return 0, "", nil, err
 	}

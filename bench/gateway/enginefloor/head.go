@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 )
 
@@ -20,4 +21,31 @@ func headLength(p []byte) (end int, length int64) {
 		}
 	}
 	return end + 4, length
+}
+
+// readMessage reads one HTTP message with a Content-Length (or none) into
+// buf with read (a connection's, or a coroutine's receive), returning it.
+func readMessage(read func([]byte) (int, error), buf []byte) ([]byte, error) {
+	have := 0
+	for {
+		n, err := read(buf[have:])
+		if err != nil {
+			return nil, err
+		}
+		have += n
+		end, length := headLength(buf[:have])
+		if end < 0 {
+			if have == len(buf) {
+				return nil, errors.New("head too large")
+			}
+			continue
+		}
+		want := end + int(max(length, 0))
+		if want > len(buf) {
+			return nil, errors.New("message too large")
+		}
+		if have >= want {
+			return buf[:have], nil
+		}
+	}
 }

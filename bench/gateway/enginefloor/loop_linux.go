@@ -28,7 +28,11 @@ type side struct {
 	pend []byte // bytes the socket did not take yet
 }
 
-func serveLoops(listen, backend string) {
+func serveLoops(listen, backend string) { servePerProcessor(listen, backend, loop) }
+
+// servePerProcessor runs serve on a listening socket of its own (SO_REUSEPORT)
+// for each processor, until one fails.
+func servePerProcessor(listen, backend string, serve func(ln int, ba *net.TCPAddr) error) {
 	la, err := net.ResolveTCPAddr("tcp", listen)
 	if err != nil {
 		log.Fatal(err)
@@ -37,10 +41,13 @@ func serveLoops(listen, backend string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	n := runtime.GOMAXPROCS(0)
 	done := make(chan error)
-	for range n {
-		go func() { done <- loop(la, ba) }()
+	for range runtime.GOMAXPROCS(0) {
+		ln, err := reusePortListener(la)
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() { done <- serve(ln, ba) }()
 	}
 	log.Fatal(<-done)
 }
@@ -51,24 +58,8 @@ func sockaddr(a *net.TCPAddr) *unix.SockaddrInet4 {
 	return sa
 }
 
-func loop(la, ba *net.TCPAddr) error {
+func loop(ln int, ba *net.TCPAddr) error {
 	runtime.LockOSThread()
-	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		return err
-	}
-	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		return err
-	}
-	if err := unix.Bind(ln, sockaddr(la)); err != nil {
-		return err
-	}
-	if err := unix.Listen(ln, 4096); err != nil {
-		return err
-	}
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return err
@@ -119,22 +110,13 @@ func loop(la, ba *net.TCPAddr) error {
 			fd := int(ev.Fd)
 			if fd == ln {
 				for {
-					c, _, err := unix.Accept4(ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-					if err != nil {
+					c, b, ok, more := acceptPair(ln, bsa)
+					if !more {
 						break
 					}
-					b, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-					if err != nil {
-						_ = unix.Close(c)
+					if !ok {
 						continue
 					}
-					if err := unix.Connect(b, bsa); err != nil && err != unix.EINPROGRESS {
-						_ = unix.Close(c)
-						_ = unix.Close(b)
-						continue
-					}
-					_ = unix.SetsockoptInt(c, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-					_ = unix.SetsockoptInt(b, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 					sides[c] = &side{peer: b}
 					sides[b] = &side{peer: c}
 					_ = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, c, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c)})
@@ -181,4 +163,52 @@ func loop(la, ba *net.TCPAddr) error {
 			}
 		}
 	}
+}
+
+// reusePortListener is a non-blocking listening socket on la, one of
+// several (SO_REUSEPORT).
+func reusePortListener(la *net.TCPAddr) (int, error) {
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, opt := range []int{unix.SO_REUSEPORT, unix.SO_REUSEADDR} {
+		if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, opt, 1); err != nil {
+			unix.Close(ln)
+			return -1, err
+		}
+	}
+	if err := unix.Bind(ln, sockaddr(la)); err != nil {
+		unix.Close(ln)
+		return -1, err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		unix.Close(ln)
+		return -1, err
+	}
+	return ln, nil
+}
+
+// acceptPair accepts a connection on the listening socket ln and starts a
+// non-blocking connection to bsa for it, both with TCP_NODELAY. more is
+// false when nothing is left to accept; ok is false when this one was
+// dropped (the backend socket could not be made).
+func acceptPair(ln int, bsa unix.Sockaddr) (c, b int, ok, more bool) {
+	c, _, err := unix.Accept4(ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+	if err != nil {
+		return -1, -1, false, false
+	}
+	b, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Close(c)
+		return -1, -1, false, true
+	}
+	if err := unix.Connect(b, bsa); err != nil && err != unix.EINPROGRESS {
+		_ = unix.Close(c)
+		_ = unix.Close(b)
+		return -1, -1, false, true
+	}
+	_ = unix.SetsockoptInt(c, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	_ = unix.SetsockoptInt(b, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	return c, b, true, true
 }

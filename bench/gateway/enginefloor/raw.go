@@ -10,7 +10,6 @@ package main
 // writers cost (-engine h1 against this).
 
 import (
-	"errors"
 	"log"
 	"net"
 )
@@ -45,46 +44,19 @@ func rawServe(c net.Conn, backend string) {
 	defer b.Close()
 	var buf [16 << 10]byte
 	for {
-		req, err := rawMessage(c, buf[:])
+		req, err := readMessage(c.Read, buf[:])
 		if err != nil {
 			return
 		}
 		if _, err := b.Write(req); err != nil {
 			return
 		}
-		resp, err := rawMessage(b, buf[:])
+		resp, err := readMessage(b.Read, buf[:])
 		if err != nil {
 			return
 		}
 		if _, err := c.Write(resp); err != nil {
 			return
-		}
-	}
-}
-
-// rawMessage reads one HTTP message with a Content-Length (or none) from c
-// into buf, returning it.
-func rawMessage(c net.Conn, buf []byte) ([]byte, error) {
-	have := 0
-	for {
-		n, err := c.Read(buf[have:])
-		if err != nil {
-			return nil, err
-		}
-		have += n
-		end, length := headLength(buf[:have])
-		if end < 0 {
-			if have == len(buf) {
-				return nil, errors.New("head too large")
-			}
-			continue
-		}
-		want := end + int(max(length, 0))
-		if want > len(buf) {
-			return nil, errors.New("message too large")
-		}
-		if have >= want {
-			return buf[:have], nil
 		}
 	}
 }
