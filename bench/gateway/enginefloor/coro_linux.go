@@ -189,7 +189,9 @@ func coroLoop(ln int, ba *net.TCPAddr) error {
 }
 
 // epollWaitNow is epoll_wait with a zero timeout, as a raw system call:
-// it never blocks, so the scheduler need not be told.
+// it never blocks, so the scheduler need not be told. The gateway's stream
+// loops wait the same way (h1's rawEpollWait, unexported, so written again
+// here rather than exported from the product for a benchmark).
 func epollWaitNow(ep int, events []unix.EpollEvent) (int, error) {
 	n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
 	if e != 0 {

@@ -25,6 +25,9 @@ func headLength(p []byte) (end int, length int64) {
 
 // readMessage reads one HTTP message with a Content-Length (or none) into
 // buf with read (a connection's, or a coroutine's receive), returning it.
+// What arrived after the message comes along with it: a floor serves
+// clients that wait for each answer (wrk, the tests), not ones that
+// pipeline.
 func readMessage(read func([]byte) (int, error), buf []byte) ([]byte, error) {
 	have := 0
 	for {
