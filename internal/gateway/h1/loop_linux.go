@@ -652,7 +652,7 @@ func (w *response) loopable() bool {
 		return false
 	}
 	c.mu.Lock()
-	idle := !c.armed && !c.watching
+	idle := c.wstate.Load() == watchOff && !c.watching
 	c.mu.Unlock()
 	if !idle {
 		return false

@@ -77,10 +77,13 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*sconn]struct{}
 	shutdown  atomic.Bool
+	sweeping  bool         // a sweep runs (under mu)
+	ticks     atomic.Int64 // the sweep's rounds so far
 }
 
 // DefaultWatchAfter is Server.WatchAfter's default: short answers never
-// pay for a watch; a client that leaves a long one is noticed within this.
+// pay for a watch; a client that leaves a long one is noticed within about
+// one and a half times this (the sweep's rounds are half of it apart).
 const DefaultWatchAfter = 250 * time.Millisecond
 
 // maxDrain is how much of a request body the handler left unread is read
@@ -148,7 +151,73 @@ func (s *Server) add(c *sconn) bool {
 		s.conns = map[*sconn]struct{}{}
 	}
 	s.conns[c] = struct{}{}
+	if !s.sweeping {
+		if period, watchN, idleN := s.sweepPeriod(); watchN > 0 || idleN > 0 {
+			s.sweeping = true
+			go s.sweep(period, watchN, idleN)
+		}
+	}
 	return true
+}
+
+// sweepPeriod returns how far apart the sweep's rounds are, and after how
+// many rounds a request's watch starts and an idle connection closes (0:
+// never): half of WatchAfter, an eighth of IdleTimeout, from 1 ms to 1 s.
+func (s *Server) sweepPeriod() (period time.Duration, watchN, idleN int64) {
+	period = time.Second
+	w := s.WatchAfter
+	if w == 0 {
+		w = DefaultWatchAfter
+	}
+	if w > 0 {
+		period = min(period, w/2)
+	}
+	if s.IdleTimeout > 0 {
+		period = min(period, s.IdleTimeout/8)
+	}
+	period = max(period, time.Millisecond)
+	rounds := func(d time.Duration) int64 { return int64((d + period - 1) / period) }
+	if w > 0 {
+		watchN = rounds(w)
+	}
+	if s.IdleTimeout > 0 {
+		idleN = rounds(s.IdleTimeout)
+	}
+	return period, watchN, idleN
+}
+
+// sweep, while the server has connections, starts the watch of each
+// request that has waited watchN rounds for its answer's head, and closes
+// each connection idle for idleN rounds. One sweep for the whole server
+// instead of a timer and two deadlines moved per request: those cost 3-5 %
+// of the gateway's CPU per short request (BENCHMARKS.md, issue 19 session
+// 19). A request or an idle spell that starts within a round is counted
+// from that round's start, so each waits between n and n+1 rounds: never
+// less than WatchAfter or IdleTimeout, at most a round more.
+func (s *Server) sweep(period time.Duration, watchN, idleN int64) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for range t.C {
+		now := s.ticks.Add(1)
+		s.mu.Lock()
+		if len(s.conns) == 0 {
+			s.sweeping = false
+			s.mu.Unlock()
+			return
+		}
+		for c := range s.conns {
+			if idleN > 0 && c.state.Load() == stateIdle && now-c.idleSince.Load() > idleN &&
+				c.state.CompareAndSwap(stateIdle, stateClosed) {
+				_ = c.nc.Close()
+				continue
+			}
+			if watchN > 0 && c.wstate.Load() == watchArmed && now-c.armedAt.Load() > watchN &&
+				c.wstate.CompareAndSwap(watchArmed, watchStarting) {
+				go c.watchClient()
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *Server) remove(c *sconn) {
@@ -234,7 +303,14 @@ func (s *Server) logf(format string, args ...any) {
 const (
 	stateIdle   int32 = iota // between requests: Shutdown may close it
 	stateActive              // reading or answering a request
-	stateClosed              // closed by Shutdown or Close
+	stateClosed              // closed by Shutdown, Close or the idle timeout
+)
+
+// The states of a request's watch (sconn.wstate).
+const (
+	watchOff      int32 = iota // no request waits for its answer's head
+	watchArmed                 // one does, since the round armedAt
+	watchStarting              // the sweep started the watch (watchClient)
 )
 
 // sconn is one client connection.
@@ -257,10 +333,17 @@ type sconn struct {
 	w     response
 	body  body
 
+	// The watch (see sweep): wstate moves from watchOff to watchArmed on
+	// the handler's goroutine (arm), to watchStarting on the sweep's, and
+	// back to watchOff on the handler's (disarm, under mu unless it is
+	// still watchArmed). idleSince is the round in which the connection
+	// last went idle.
+	wstate    atomic.Int32
+	armedAt   atomic.Int64
+	idleSince atomic.Int64
+
 	mu       sync.Mutex
 	cond     sync.Cond
-	watch    *time.Timer
-	armed    bool // the watch may start
 	watching bool // the watch is reading the connection
 	aborting bool // the watch is being stopped
 	curBody  atomic.Pointer[body]
@@ -299,6 +382,7 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, buf
 
 func newSconn(s *Server, nc net.Conn) *sconn {
 	c := &sconn{s: s, nc: nc, sk: newSock(nc)}
+	c.idleSince.Store(s.ticks.Load())
 	c.ctx = newConnCtx()
 	c.blank = *c.blank.WithContext(c.ctx)
 	return c
@@ -379,11 +463,8 @@ func (c *sconn) serve() {
 			c.br = readerPool.Get().(*bufio.Reader)
 			c.br.Reset(c.sk)
 		}
+		// Idle, the connection is closed by the sweep after IdleTimeout.
 		deadline := false
-		if c.br.Buffered() == 0 && s.IdleTimeout > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(s.IdleTimeout))
-			deadline = true
-		}
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
@@ -407,6 +488,7 @@ func (c *sconn) serve() {
 		if !c.serveOne() || s.shutdown.Load() {
 			return
 		}
+		c.idleSince.Store(s.ticks.Load())
 		c.state.Store(stateIdle)
 	}
 }
@@ -416,9 +498,6 @@ func (c *sconn) close() {
 	// contract.
 	defer c.cancel()
 	c.disarm()
-	if c.watch != nil {
-		c.watch.Stop()
-	}
 	if c.hasTail {
 		if !c.linger {
 			c.closeTail()
@@ -596,34 +675,22 @@ func (c *sconn) refuse(err error) {
 		strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
 }
 
-// arm starts the wait after which the connection is watched.
+// arm starts the wait after which the sweep watches the connection.
 func (c *sconn) arm() {
-	d := c.s.WatchAfter
-	if d < 0 {
+	if c.s.WatchAfter < 0 {
 		return
 	}
-	if d == 0 {
-		d = DefaultWatchAfter
-	}
-	c.mu.Lock()
-	c.armed = true
-	if c.watch == nil {
-		c.watch = time.AfterFunc(d, c.watchClient)
-	} else {
-		c.watch.Reset(d)
-	}
-	c.mu.Unlock()
+	c.armedAt.Store(c.s.ticks.Load())
+	c.wstate.Store(watchArmed)
 }
 
 // disarm ends the watch, stopping a read under way.
 func (c *sconn) disarm() {
+	if c.wstate.CompareAndSwap(watchArmed, watchOff) || c.wstate.Load() == watchOff {
+		return // the watch had not started: no lock taken
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.armed {
-		return
-	}
-	c.armed = false
-	c.watch.Stop()
 	if c.watching {
 		c.aborting = true
 		_ = c.nc.SetReadDeadline(aLongTimeAgo)
@@ -633,27 +700,29 @@ func (c *sconn) disarm() {
 		c.aborting = false
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
+	c.wstate.Store(watchOff)
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-// watchClient, on the timer's goroutine, reads the connection until the
-// client sends something (the next request, pipelined), leaves (which
+// watchClient, on a goroutine of the sweep's, reads the connection until
+// the client sends something (the next request, pipelined), leaves (which
 // cancels the request), or disarm stops it. A request whose body is still
-// being read is looked at again later: its reads are the handler's. A
-// call the timer started for the last request, that got the lock only once
-// the next one armed the timer again, may overlap the call for that one:
-// only one of them reads.
+// being read is armed again, for a later round: its reads are the
+// handler's. A call the sweep started for the last request, that got the
+// lock only once the next one was armed, finds the watch no longer
+// starting and returns; two calls never read at once.
 func (c *sconn) watchClient() {
 	c.mu.Lock()
-	if !c.armed || c.watching || c.br == nil {
+	if c.wstate.Load() != watchStarting || c.watching || c.br == nil {
 		c.mu.Unlock()
 		return
 	}
 	// The response's body is read on the handler's goroutine; done is
 	// atomic.
 	if !c.bodyDone() {
-		c.watch.Reset(DefaultWatchAfter)
+		c.armedAt.Store(c.s.ticks.Load())
+		c.wstate.CompareAndSwap(watchStarting, watchArmed)
 		c.mu.Unlock()
 		return
 	}

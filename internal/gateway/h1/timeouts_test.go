@@ -130,3 +130,58 @@ func TestServerWatchesARequestArmedWhileTheTimerRuns(t *testing.T) {
 	c.Close()
 	wantCancelled(t, cancelled, "the second request")
 }
+
+// TestSweepPeriod: the sweep's rounds are half of WatchAfter or an eighth
+// of IdleTimeout apart, whichever is shorter, within 1 ms to 1 s; a watch
+// starts after enough rounds to make WatchAfter, an idle connection closes
+// after enough to make IdleTimeout; 0 rounds means never.
+func TestSweepPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		watch, idle   time.Duration
+		period        time.Duration
+		watchN, idleN int64
+	}{
+		{0, 0, 125 * time.Millisecond, 2, 0},
+		{0, 2 * time.Minute, 125 * time.Millisecond, 2, 960},
+		{-1, 2 * time.Minute, time.Second, 0, 120},
+		{-1, 0, time.Second, 0, 0},
+		{-1, 100 * time.Millisecond, 12500 * time.Microsecond, 0, 8},
+		{time.Millisecond, 0, time.Millisecond, 1, 0},
+		{10 * time.Millisecond, time.Minute, 5 * time.Millisecond, 2, 12000},
+		{300 * time.Millisecond, 2 * time.Millisecond, time.Millisecond, 300, 2},
+		{time.Hour, 0, time.Second, 3600, 0},
+		// Rounds are whole: 3 s of idle at 125 ms is 24, 1 s at 300 ms 4.
+		{250 * time.Millisecond, 3 * time.Second, 125 * time.Millisecond, 2, 24},
+		{600 * time.Millisecond, time.Second, 125 * time.Millisecond, 5, 8},
+	} {
+		s := &Server{WatchAfter: tc.watch, IdleTimeout: tc.idle}
+		period, watchN, idleN := s.sweepPeriod()
+		if period != tc.period || watchN != tc.watchN || idleN != tc.idleN {
+			t.Errorf("WatchAfter %v, IdleTimeout %v: got %v, %d, %d rounds; want %v, %d, %d",
+				tc.watch, tc.idle, period, watchN, idleN, tc.period, tc.watchN, tc.idleN)
+		}
+	}
+}
+
+// TestSweepRunsOnlyWithConnections: the sweep stops once the server has no
+// connection left (an idle gateway has nothing ticking), and starts again
+// with the next one, whose idle timeout it then enforces. It fails if the
+// sweep is not started again (the second connection is never closed) or
+// never stops.
+func TestSweepRunsOnlyWithConnections(t *testing.T) {
+	s := &Server{Handler: http.HandlerFunc(echo), IdleTimeout: 50 * time.Millisecond}
+	addr := serve(t, s)
+	sweeping := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.sweeping
+	}
+	for i := range 2 {
+		if out := closedBy(t, addr, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n", 5*time.Second); !strings.Contains(out, "GET /a host=x") {
+			t.Fatalf("connection %d: the request was not answered: %q", i, out)
+		}
+		if !waitFor(func() bool { return !sweeping() }) {
+			t.Fatalf("connection %d: the sweep still runs with no connection left", i)
+		}
+	}
+}
