@@ -37,6 +37,12 @@
 #                     ratio to HAProxy is over issue 19's limit of 1.5x
 #   PACE_MS=4         the pause of paced
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
+#   TIDEGPU_BASE_BIN=path
+#                     another tidegpu binary (say, main's), run as a third
+#                     peer of paired: a change to the gateway measured
+#                     against the build before it, loaded at the same time,
+#                     where two one-at-a-time runs minutes apart differ by
+#                     more than most changes are worth
 #
 # Needs: go, nginx, haproxy, wrk, curl. Nothing needs root.
 set -euo pipefail
@@ -65,7 +71,7 @@ cleanup() {
 	local status=$? pid f
 	if ((status != 0)); then
 		echo "run.sh: failed (exit $status); logs in $tmp:" >&2
-		for f in "$tmp"/haproxy.log "$tmp"/gateway.log "$tmp"/nginx-*/error.log; do
+		for f in "$tmp"/haproxy.log "$tmp"/gateway.log "$tmp"/base.log "$tmp"/nginx-*/error.log; do
 			[[ -s $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
 		done
 	fi
@@ -240,12 +246,29 @@ gateway_admin_port=$(free_port)
 pids+=($!)
 gateway_pid=$!
 
+# ---------------------------------------------------------------- the base build (TIDEGPU_BASE_BIN)
+peers=(haproxy nginx)
+if [[ -n ${TIDEGPU_BASE_BIN:-} ]]; then
+	[[ -x $TIDEGPU_BASE_BIN ]] || { echo "run.sh: TIDEGPU_BASE_BIN=$TIDEGPU_BASE_BIN is not an executable file" >&2; exit 1; }
+	base_port=$(free_port)
+	base_admin_port=$(free_port)
+	"$TIDEGPU_BASE_BIN" gateway --backend "http://127.0.0.1:$backend_port" \
+		--addr "127.0.0.1:$base_port" --admin-addr "127.0.0.1:$base_admin_port" \
+		--log-level warn >"$tmp/base.log" 2>&1 &
+	pids+=($!)
+	base_pid=$!
+	peers+=(base)
+fi
+
 targets=(backend haproxy nginx gateway)
 declare -A port=([backend]=$backend_port [haproxy]=$haproxy_port [nginx]=$nginx_port [gateway]=$gateway_port)
 # The process whose CPU time is charged to each target: the proxy (the
 # backend itself for the baseline). nginx's workers are children of the
 # master started here; both are counted.
 declare -A tpid=([backend]=$backend_pid [haproxy]=$haproxy_pid [nginx]=$nginx_pid [gateway]=$gateway_pid)
+if [[ -n ${base_pid:-} ]]; then
+	port[base]=$base_port tpid[base]=$base_pid
+fi
 clk_tck=$(getconf CLK_TCK)
 
 # cpu_ticks PID: user+system CPU time, in clock ticks, of PID and its
@@ -265,9 +288,10 @@ declare -A label=(
 	[haproxy]="HAProxy $(haproxy -v | sed -n '1s/^HAProxy version \([^ ]*\).*/\1/p')"
 	[nginx]="nginx $(nginx -v 2>&1 | sed -n 's|^nginx version: nginx/||p') (proxy_pass)"
 	[gateway]="tidegpu gateway (this tree)"
+	[base]="tidegpu gateway (TIDEGPU_BASE_BIN)"
 )
 
-for t in "${targets[@]}"; do
+for t in "${targets[@]}" "${peers[@]:2}"; do
 	wait_http "http://127.0.0.1:${port[$t]}/api/tags"
 done
 got=$(curl -s --max-time 2 "http://127.0.0.1:$gateway_port/api/tags")
@@ -361,7 +385,7 @@ paired_mode() {
 	echo
 	echo "| peer | gateway CPU per request | peer CPU per request | gateway / peer, median (worst run) | gateway's req/s / peer's, median |"
 	echo "|---|---:|---:|---:|---:|"
-	for peer in haproxy nginx; do
+	for peer in "${peers[@]}"; do
 		log "mode paired: warming up with $peer"
 		wrk_pair "$peer" "$WARMUP" "$results/paired-$peer-gw-warmup.txt" "$results/paired-$peer-warmup.txt"
 		ratios="" cg_all="" cp_all="" rr_all="" e=0

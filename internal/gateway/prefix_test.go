@@ -204,7 +204,7 @@ func TestPromptText(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			model, text, ok := promptText(tt.path, []byte(tt.body))
+			model, text, ok := promptText(tt.path, []byte(tt.body), nil)
 			if model != tt.model || string(text) != tt.text || ok != tt.ok {
 				t.Fatalf("got %q %q %v, want %q %q %v", model, text, ok, tt.model, tt.text, tt.ok)
 			}
@@ -213,14 +213,14 @@ func TestPromptText(t *testing.T) {
 	// The next turn of a chat begins with the previous turn's text.
 	turn1 := `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U1"}]}`
 	turn2 := `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U1"},{"role":"assistant","content":"A1"},{"role":"user","content":"U2"}]}`
-	_, t1, _ := promptText("/v1/chat/completions", []byte(turn1))
-	_, t2, _ := promptText("/v1/chat/completions", []byte(turn2))
+	_, t1, _ := promptText("/v1/chat/completions", []byte(turn1), nil)
+	_, t2, _ := promptText("/v1/chat/completions", []byte(turn2), nil)
 	if !strings.HasPrefix(string(t2), string(t1)) {
 		t.Errorf("turn 2 %q does not begin with turn 1 %q", t2, t1)
 	}
 	// The text is capped.
 	long := fmt.Sprintf(`{"model":"m","prompt":%q}`, strings.Repeat("x", 2*maxPromptBytes))
-	if _, text, _ := promptText("/api/generate", []byte(long)); len(text) != maxPromptBytes {
+	if _, text, _ := promptText("/api/generate", []byte(long), nil); len(text) != maxPromptBytes {
 		t.Errorf("text of %d bytes, want the cap %d", len(text), maxPromptBytes)
 	}
 }
@@ -238,7 +238,7 @@ func FuzzPromptText(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
-		model, text, ok := promptText(path, body)
+		model, text, ok := promptText(path, body, nil)
 		if !ok && (model != "" || text != nil) {
 			t.Fatal("a refused body returned a prompt")
 		}

@@ -29,21 +29,23 @@ const (
 // body parses. The model name is returned apart (it is part of the cache
 // key: a vLLM LoRA adapter is addressed by its own model name). A chat's
 // next turn repeats the previous one's messages, so its text begins with
-// the previous turn's. Pure; never panics on any input.
+// the previous turn's. Pure; never panics on any input. The text is
+// appended to dst[:0] (which may be nil) when it fits, so that a caller
+// can reuse one buffer from request to request.
 //
 //	/api/chat, /v1/chat/completions  messages[].role, .content (a string or text parts)
 //	/api/generate                    system, prompt
 //	/v1/completions                  prompt (a string, strings, or token ids as JSON)
 //	/v1/responses                    instructions, input (a string or items with role and content)
-func promptText(path string, body []byte) (model string, text []byte, ok bool) {
-	if model, text, ok := promptTextPlain(path, body); ok {
+func promptText(path string, body, dst []byte) (model string, text []byte, ok bool) {
+	if model, text, ok := promptTextPlain(path, body, dst); ok {
 		return model, text, true
 	}
-	return promptTextJSON(path, body)
+	return promptTextJSON(path, body, dst)
 }
 
 // promptTextJSON is promptText for every body, by encoding/json.
-func promptTextJSON(path string, body []byte) (model string, text []byte, ok bool) {
+func promptTextJSON(path string, body, dst []byte) (model string, text []byte, ok bool) {
 	var req struct {
 		Model        string            `json:"model"`
 		Messages     []json.RawMessage `json:"messages"`
@@ -60,7 +62,7 @@ func promptTextJSON(path string, body []byte) (model string, text []byte, ok boo
 	if err := json.Unmarshal(body, &req); err != nil {
 		return "", nil, false
 	}
-	var b promptBuf
+	b := promptBuf{buf: promptRoom(dst, body)}
 	switch path {
 	case "/api/chat", "/v1/chat/completions":
 		for _, m := range req.Messages {
@@ -98,6 +100,16 @@ func promptTextJSON(path string, body []byte) (model string, text []byte, ok boo
 // promptBuf accumulates a prompt's text as role, 0, content, 0, up to
 // maxPrefixBlocks of the default block size.
 type promptBuf struct{ buf []byte }
+
+// promptRoom returns dst emptied if it has room for body's text (which is
+// never longer than body, up to maxPromptBytes), else a new buffer that
+// has: one allocation at most.
+func promptRoom(dst, body []byte) []byte {
+	if n := min(len(body), maxPromptBytes); cap(dst) < n {
+		return make([]byte, 0, n)
+	}
+	return dst[:0]
+}
 
 const maxPromptBytes = maxPrefixBlocks * DefaultPrefixBlockBytes
 

@@ -13,8 +13,9 @@ import (
 // allocations for a one-message chat; 2 here). handled is false for any
 // other body, valid or not, which promptText then parses with
 // encoding/json; for every body it handles it returns what that parse
-// returns (FuzzPromptTextPlain checks this). Pure.
-func promptTextPlain(path string, body []byte) (model string, text []byte, handled bool) {
+// returns (FuzzPromptTextPlain checks this). Pure. The text goes into
+// dst's array if it has room for the whole body's (promptText).
+func promptTextPlain(path string, body, dst []byte) (model string, text []byte, handled bool) {
 	chat := path == "/api/chat" || path == "/v1/chat/completions"
 	if !chat && path != "/api/generate" && path != "/v1/completions" {
 		return "", nil, false
@@ -28,7 +29,7 @@ func promptTextPlain(path string, body []byte) (model string, text []byte, handl
 		seen                   [fieldCount]bool
 		modelB, system, prompt []byte
 		hasPrompt              bool
-		b                      = promptBuf{buf: make([]byte, 0, min(len(body), maxPromptBytes))}
+		b                      = promptBuf{buf: promptRoom(dst, body)}
 	)
 	ok := s.object(func(key []byte) bool {
 		f := promptField(key)

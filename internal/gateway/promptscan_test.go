@@ -57,14 +57,14 @@ func TestPromptTextPlain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			model, text, handled := promptTextPlain(tt.path, []byte(tt.body))
+			model, text, handled := promptTextPlain(tt.path, []byte(tt.body), nil)
 			if handled != tt.handled {
 				t.Fatalf("handled %v, want %v", handled, tt.handled)
 			}
 			if !handled {
 				return
 			}
-			wm, wt, wok := promptTextJSON(tt.path, []byte(tt.body))
+			wm, wt, wok := promptTextJSON(tt.path, []byte(tt.body), nil)
 			if !wok || model != wm || !bytes.Equal(text, wt) {
 				t.Fatalf("got %q %q, encoding/json %q %q %v", model, text, wm, wt, wok)
 			}
@@ -114,16 +114,23 @@ func FuzzPromptTextPlain(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
-		model, text, handled := promptTextPlain(path, body)
+		// Into a buffer reused from an earlier request (dirty, and large
+		// enough to be used), as the gateway calls it: nothing of its old
+		// bytes may show.
+		dirty := bytes.Repeat([]byte{0xff}, len(body)+8)
+		model, text, handled := promptTextPlain(path, body, dirty)
 		if !handled {
 			return
 		}
 		if !json.Valid(body) {
 			t.Fatalf("took invalid JSON %q", body)
 		}
-		wm, wt, wok := promptTextJSON(path, body)
+		wm, wt, wok := promptTextJSON(path, body, nil)
 		if !wok || model != wm || !bytes.Equal(text, wt) {
 			t.Fatalf("%s %q: got %q %q, encoding/json %q %q %v", path, body, model, text, wm, wt, wok)
+		}
+		if len(text) > 0 && &text[0] != &dirty[0] {
+			t.Fatalf("%s %q: the text was not written into the buffer given", path, body)
 		}
 	})
 }

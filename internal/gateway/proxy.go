@@ -573,9 +573,15 @@ func (e *exchange) pick() *Upstream {
 		if g.prefix != nil {
 			if !e.prefixDone {
 				e.prefixDone = true
-				if model, text, ok := promptText(e.path, e.body); ok && e.r.Method == http.MethodPost {
+				tb := promptTexts.Get().(*[]byte)
+				model, text, ok := promptText(e.path, e.body, *tb)
+				if ok && e.r.Method == http.MethodPost {
 					e.prefix = prefixHashes(model, text, g.prefix.blockBytes())
 				}
+				if cap(text) > cap(*tb) {
+					*tb = text[:0]
+				}
+				promptTexts.Put(tb)
 			}
 			u, e.prefixPick = g.prefix.pickPrompt(cands, e.prefix)
 		} else {
@@ -604,6 +610,12 @@ func (e *exchange) pick() *Upstream {
 	}
 	return nil
 }
+
+// promptTexts keeps the buffers the prefix-aware policy reads prompts
+// into, which nothing keeps past the hashing: a prompt is often the
+// largest thing a request allocates after its body (kilobytes), and each
+// was a garbage collection's work.
+var promptTexts = sync.Pool{New: func() any { return new([]byte) }}
 
 // anyServes reports whether a backend of src serves model.
 func anyServes(src []*Upstream, model string) bool {
