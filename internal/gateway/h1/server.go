@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -57,10 +58,12 @@ import (
 type Server struct {
 	// Handler serves the requests.
 	Handler http.Handler
-	// ReadHeaderTimeout bounds reading a request's head; 0 means none.
+	// ReadHeaderTimeout bounds reading a request's head; 0 means
+	// IdleTimeout.
 	ReadHeaderTimeout time.Duration
-	// IdleTimeout closes a keep-alive connection idle this long; 0 means
-	// none.
+	// IdleTimeout closes a keep-alive connection idle this long (to
+	// within a round of the sweep: an eighth of it, or half of
+	// WatchAfter if that is shorter); 0 means none.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's head; 0 means
 	// http.DefaultMaxHeaderBytes.
@@ -471,10 +474,12 @@ func (c *sconn) serve() {
 		if !c.state.CompareAndSwap(stateIdle, stateActive) {
 			return // closed by Shutdown
 		}
-		if s.ReadHeaderTimeout > 0 && !headComplete(buffered(c.br)) {
+		if d := cmp.Or(s.ReadHeaderTimeout, s.IdleTimeout); d > 0 && !headComplete(buffered(c.br)) {
 			// A head already whole in the buffer is read without a
-			// system call: it needs no deadline.
-			_ = c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
+			// system call: it needs no deadline. Without a
+			// ReadHeaderTimeout, the idle timeout bounds a head that
+			// stalls (the sweep closes only idle connections).
+			_ = c.nc.SetReadDeadline(time.Now().Add(d))
 			deadline = true
 		}
 		c.req = c.blank
@@ -709,9 +714,10 @@ var aLongTimeAgo = time.Unix(1, 0)
 // the client sends something (the next request, pipelined), leaves (which
 // cancels the request), or disarm stops it. A request whose body is still
 // being read is armed again, for a later round: its reads are the
-// handler's. A call the sweep started for the last request, that got the
-// lock only once the next one was armed, finds the watch no longer
-// starting and returns; two calls never read at once.
+// handler's. A call the sweep started for the last request that gets the
+// lock only after the next one was armed finds the watch armed and
+// returns, or, if the sweep started it again meanwhile, watches for the
+// next request; watching keeps two calls from reading at once.
 func (c *sconn) watchClient() {
 	c.mu.Lock()
 	if c.wstate.Load() != watchStarting || c.watching || c.br == nil {

@@ -54,6 +54,14 @@ func TestServerTimeouts(t *testing.T) {
 	if out := closedBy(t, idle, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n", 5*time.Second); !strings.Contains(out, "GET /a host=x") {
 		t.Errorf("the request before the idle time was not answered: %q", out)
 	}
+
+	// Without a ReadHeaderTimeout, the idle timeout bounds a head that
+	// stalls: the sweep closes only idle connections, and this one is
+	// reading a request.
+	idleOnly := serve(t, &Server{Handler: http.HandlerFunc(echo), IdleTimeout: 100 * time.Millisecond})
+	if out := closedBy(t, idleOnly, "GET /b HTTP/1.1\r\nHo", 5*time.Second); out != "" {
+		t.Errorf("a partial head was answered: %q", out)
+	}
 }
 
 // TestServerIdleTimeoutCountsFromTheLastRequest: a connection is closed
