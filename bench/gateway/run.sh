@@ -238,25 +238,25 @@ pids+=($!)
 nginx_pid=$!
 
 # ---------------------------------------------------------------- tidegpu gateway
-gateway_port=$(free_port)
-gateway_admin_port=$(free_port)
-"$tmp/tidegpu" gateway --backend "http://127.0.0.1:$backend_port" \
-	--addr "127.0.0.1:$gateway_port" --admin-addr "127.0.0.1:$gateway_admin_port" \
-	--log-level warn >"$tmp/gateway.log" 2>&1 &
-pids+=($!)
-gateway_pid=$!
+# start_gateway BIN NAME: runs BIN's gateway before the backend on a free
+# port (NAME_port), its log in $tmp/NAME.log, its pid in NAME_pid.
+start_gateway() {
+	local p a
+	p=$(free_port) a=$(free_port)
+	"$1" gateway --backend "http://127.0.0.1:$backend_port" \
+		--addr "127.0.0.1:$p" --admin-addr "127.0.0.1:$a" \
+		--log-level warn >"$tmp/$2.log" 2>&1 &
+	pids+=($!)
+	printf -v "$2_pid" '%s' $!
+	printf -v "$2_port" '%s' "$p"
+}
+start_gateway "$tmp/tidegpu" gateway
 
 # ---------------------------------------------------------------- the base build (TIDEGPU_BASE_BIN)
 peers=(haproxy nginx)
 if [[ -n ${TIDEGPU_BASE_BIN:-} ]]; then
 	[[ -x $TIDEGPU_BASE_BIN ]] || { echo "run.sh: TIDEGPU_BASE_BIN=$TIDEGPU_BASE_BIN is not an executable file" >&2; exit 1; }
-	base_port=$(free_port)
-	base_admin_port=$(free_port)
-	"$TIDEGPU_BASE_BIN" gateway --backend "http://127.0.0.1:$backend_port" \
-		--addr "127.0.0.1:$base_port" --admin-addr "127.0.0.1:$base_admin_port" \
-		--log-level warn >"$tmp/base.log" 2>&1 &
-	pids+=($!)
-	base_pid=$!
+	start_gateway "$TIDEGPU_BASE_BIN" base
 	peers+=(base)
 fi
 
