@@ -49,12 +49,15 @@ const statusClientClosed = 499
 
 // exchange is the state of one client request across its attempts.
 type exchange struct {
-	g      *Gateway
-	w      http.ResponseWriter
-	r      *http.Request
-	start  time.Time
-	body   []byte
-	outHdr http.Header // the outbound request's headers (Transport)
+	g     *Gateway
+	w     http.ResponseWriter
+	r     *http.Request
+	start time.Time
+	body  []byte
+	// bodyBuf is the pooled buffer e.body was read into (bodyBufs), or
+	// nil; given back when the request is forgotten (releaseBody).
+	bodyBuf *[]byte
+	outHdr  http.Header // the outbound request's headers (Transport)
 	// The h1 client's outbound header instead (shapeOutbound): the
 	// client's header, shaped by SkipField and ExtraFields.
 	outExtra  [4]h1.Field
@@ -169,6 +172,7 @@ var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 // first, so that a kept exchange holds no request's memory. A panic skips
 // it: the exchange is dropped.
 func (e *exchange) recycle() {
+	e.releaseBody()
 	*e = exchange{}
 	exchanges.Put(e)
 }
@@ -282,7 +286,7 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 		g.fail(w, r, start, errMethod)
 		return nil
 	}
-	body, code := g.readBody(r)
+	body, bodyBuf, code := g.readBody(r)
 	switch code {
 	case 0:
 	case http.StatusRequestEntityTooLarge:
@@ -298,6 +302,7 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	}
 	e := exchanges.Get().(*exchange) // empty (recycle)
 	e.g, e.w, e.r, e.start, e.body, e.stripUsage = g, w, r, start, body, stripUsage
+	e.bodyBuf = bodyBuf
 	e.path, e.rawPath, e.pool = path, rawPath, r.Header.Get(PoolHeader)
 	e.tried = e.triedBuf[:0]
 	if g.h1 != nil {
@@ -318,26 +323,71 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 }
 
 // readBody buffers the request body, up to MaxBodyBytes. It returns a
-// non-zero status if the body is too large or cannot be read.
-func (g *Gateway) readBody(r *http.Request) ([]byte, int) {
+// non-zero status if the body is too large or cannot be read. A body of
+// known length up to maxPooledBody, on the h1 client, is read into a
+// pooled buffer, returned too: the exchange gives it back once the
+// request is forgotten (releaseBody). net/http's Transport may read a
+// request's body after RoundTrip returns, so its bodies are not pooled.
+func (g *Gateway) readBody(r *http.Request) ([]byte, *[]byte, int) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, 0
+		return nil, nil, 0
 	}
 	if r.ContentLength > g.maxBody {
-		return nil, http.StatusRequestEntityTooLarge
+		return nil, nil, http.StatusRequestEntityTooLarge
 	}
 	hint := int64(512)
 	if r.ContentLength >= 0 {
 		hint = r.ContentLength + 1 // room for the read that returns EOF
 	}
-	buf, err := readAtMost(r.Body, hint, g.maxBody)
+	var pb *[]byte
+	var dst []byte
+	if g.h1 != nil && r.ContentLength >= 0 && hint <= maxPooledBody {
+		pb = bodyBufs.Get().(*[]byte)
+		dst = (*pb)[:0]
+	}
+	buf, err := readAtMostInto(r.Body, dst, hint, g.maxBody)
+	if pb != nil && cap(buf) > cap(*pb) {
+		*pb = buf[:0] // grown: the pool keeps the larger array
+	}
 	switch {
 	case errors.Is(err, errTooLarge):
-		return nil, http.StatusRequestEntityTooLarge
+		putBodyBuf(pb)
+		return nil, nil, http.StatusRequestEntityTooLarge
 	case err != nil:
-		return nil, http.StatusBadRequest
+		putBodyBuf(pb)
+		return nil, nil, http.StatusBadRequest
+	case buf == nil:
+		putBodyBuf(pb)
+		return nil, nil, 0
 	}
-	return buf, 0
+	return buf, pb, 0
+}
+
+// maxPooledBody bounds the request bodies read into pooled buffers: an
+// LLM request of many kilobytes is the largest thing a request allocates,
+// and was a garbage collection's work for each; a rare large upload is
+// not kept in the pool.
+const maxPooledBody = 64 << 10
+
+// bodyBufs keeps the request bodies' buffers (readBody, releaseBody).
+var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+func putBodyBuf(pb *[]byte) {
+	if pb != nil && cap(*pb) <= maxPooledBody {
+		*pb = (*pb)[:0]
+		bodyBufs.Put(pb)
+	}
+}
+
+// releaseBody gives e's body buffer back, once nothing reads the body
+// again: the answer is committed (forgetRequest) or the exchange is over
+// (recycle). The h1 client is done with the body when RoundTrip returns.
+func (e *exchange) releaseBody() {
+	if e.bodyBuf != nil {
+		putBodyBuf(e.bodyBuf)
+		e.bodyBuf = nil
+	}
+	e.body = nil
 }
 
 var errTooLarge = errors.New("body too large")
@@ -351,7 +401,16 @@ var errStreamIdle = errors.New("stream idle timeout")
 // Content-Length bytes, matters: only then does net/http start watching the
 // client connection, so that a client going away cancels r.Context().
 func readAtMost(rd io.Reader, hint, limit int64) ([]byte, error) {
-	buf := make([]byte, 0, min(hint, limit+1))
+	return readAtMostInto(rd, nil, hint, limit)
+}
+
+// readAtMostInto is readAtMost into buf's array (emptied), if it has room
+// for hint bytes, else into a new one.
+func readAtMostInto(rd io.Reader, buf []byte, hint, limit int64) ([]byte, error) {
+	if n := min(hint, limit+1); int64(cap(buf)) < n {
+		buf = make([]byte, 0, n)
+	}
+	buf = buf[:0]
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -900,7 +959,8 @@ func (e *exchange) open(a *attempt) bool {
 // outbound request with its headers, the prompt's block hashes. A stream
 // would otherwise hold them for its whole life.
 func (e *exchange) forgetRequest(a *attempt) {
-	e.body, e.prefix = nil, nil
+	e.releaseBody()
+	e.prefix = nil
 	e.outHdr, e.out = nil, outReq{}
 	e.replay.Reset(nil)
 	if a.sent != nil {
