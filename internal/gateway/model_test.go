@@ -239,3 +239,60 @@ func TestVersionSplit(t *testing.T) {
 		}
 	}
 }
+
+// stringRunNaive is stringRun byte by byte, as it is specified.
+func stringRunNaive(b []byte, i int) int {
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
+			return i
+		}
+	}
+	return i
+}
+
+func TestStringRun(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		from int
+		want int
+	}{
+		{"", 0, 0},
+		{"abc", 0, 3},
+		{`abc"`, 0, 3},
+		{`abcdefgh"`, 0, 8},           // past one whole word
+		{`abcdefghijklmnop"x`, 0, 16}, // past two
+		{`abcdefg"ijklmnop`, 0, 7},    // the last byte of the first word
+		{`"abcdefgh`, 0, 0},
+		{`"abcdefgh"`, 1, 9},
+		{`abcdefgh\n`, 0, 8},
+		{"abcdefghij\x1fklmnop", 0, 10},
+		{"abcdefghij\x20klmnop", 0, 17}, // a space is plain
+		{"abcdefghij\x7fklmnop", 0, 17}, // DEL is plain in JSON
+		{"abcdefghijé", 0, 10},
+		{"abc!#$%&'()*+,-./0123456789:;<=>?@[]^_`{|}~xyz", 0, 46},
+		{`abcdefgh`, 8, 8},
+		{`abcdefgh"`, 9, 9},
+	} {
+		if got := stringRun([]byte(tt.in), tt.from); got != tt.want {
+			t.Errorf("stringRun(%q, %d) = %d, want %d", tt.in, tt.from, got, tt.want)
+		}
+		if got := stringRunNaive([]byte(tt.in), tt.from); got != tt.want {
+			t.Errorf("the table is wrong: %q from %d is %d byte by byte, want %d", tt.in, tt.from, got, tt.want)
+		}
+	}
+}
+
+// FuzzStringRun: stringRun finds what a scan byte by byte finds, from
+// every start.
+func FuzzStringRun(f *testing.F) {
+	for _, s := range []string{"", "plain text, long enough for words", `a"b`, "x\\y", "\x00\x1f\x20\x7f\x80\xff", "汉字 and ascii"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := 0; i <= len(b); i++ {
+			if got, want := stringRun(b, i), stringRunNaive(b, i); got != want {
+				t.Fatalf("stringRun(%q, %d) = %d, byte by byte %d", b, i, got, want)
+			}
+		}
+	})
+}

@@ -238,7 +238,10 @@ func (s *jsonScan) number() bool {
 func (s *jsonScan) str() (raw []byte, plain, ok bool) {
 	start := s.i + 1
 	plain = true
-	for j := start; j < len(s.b); j++ {
+	for j := start; ; j++ {
+		if j = stringRun(s.b, j); j >= len(s.b) {
+			return nil, false, false
+		}
 		switch c := s.b[j]; {
 		case c == '"':
 			s.i = j + 1
@@ -269,7 +272,6 @@ func (s *jsonScan) str() (raw []byte, plain, ok bool) {
 			return nil, false, false
 		}
 	}
-	return nil, false, false
 }
 
 // plainString reads a string that is its own value (see str).
