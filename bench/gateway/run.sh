@@ -36,6 +36,11 @@
 #                     run fails (exit 1, after every table) if the median
 #                     ratio to HAProxy is over issue 19's limit of 1.5x
 #   PACE_MS=4         the pause of paced
+#   PROMPT_BYTES=0    the POSTs' prompt, in bytes (post, paced, paired):
+#                     0 is one short sentence (a 118-byte body); an LLM
+#                     request's prompt is often kilobytes, and a proxy that
+#                     parses or copies it pays per byte where one that
+#                     forwards it does not (4096: a 4.2 KB body)
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
 #   TIDEGPU_BASE_BIN=path
 #                     another tidegpu binary (say, main's), run as a third
@@ -54,6 +59,8 @@ RUNS=${RUNS:-3}
 WARMUP=${WARMUP:-2s}
 MODES=${MODES:-get post}
 PACE_MS=${PACE_MS:-4}
+PROMPT_BYTES=${PROMPT_BYTES:-0}
+[[ $PROMPT_BYTES =~ ^[0-9]+$ ]] && ((PROMPT_BYTES <= 65536)) || { echo "run.sh: PROMPT_BYTES=$PROMPT_BYTES: want a number of bytes from 0 to 65536" >&2; exit 1; }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -301,7 +308,16 @@ for t in "${targets[@]}"; do
 	[[ $got == "$body" ]] || { echo "run.sh: POST through $t answered $got, want the backend's body" >&2; exit 1; }
 done
 
-post_body='{"model":"qwen2:0.5b","messages":[{"role":"user","content":"Write one short sentence about the sea."}],"stream":false}'
+prompt="Write one short sentence about the sea."
+if ((PROMPT_BYTES > 0)); then
+	# A prompt of PROMPT_BYTES bytes: the words repeated, cut to length.
+	prompt=""
+	while ((${#prompt} < PROMPT_BYTES)); do
+		prompt+="The sea is calm tonight, the tide is full, the moon lies fair upon the straits. "
+	done
+	prompt=${prompt:0:PROMPT_BYTES}
+fi
+post_body='{"model":"qwen2:0.5b","messages":[{"role":"user","content":"'"$prompt"'"}],"stream":false}'
 cat >"$tmp/post.lua" <<EOF
 wrk.method = "POST"
 wrk.path = "/api/chat"
