@@ -95,14 +95,14 @@ func TestGatewayAllocationsPerRequest(t *testing.T) {
 	}
 }
 
-// TestGatewayBytesPerRequestWithALongPrompt holds the garbage a request
+// TestGatewayAllocationsWithALongPrompt holds the garbage a request
 // with a 4 KiB prompt leaves: its body and its prompt's text are read into
 // pooled buffers (readBody, promptTexts), so what is left is the
 // request's small objects and the prompt's block hashes (512 B): 1.2 KB,
 // under 2 KiB. Before the buffers were pooled it was 10.9 KB (the body,
 // and the prompt's text, in new arrays each request); a change that
 // copies the body once more fails here.
-func TestGatewayBytesPerRequestWithALongPrompt(t *testing.T) {
+func TestGatewayAllocationsWithALongPrompt(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items: allocations are not the program's")
 	}
