@@ -342,40 +342,66 @@ func (g *Gateway) readBody(r *http.Request) ([]byte, *[]byte, int) {
 	var pb *[]byte
 	var dst []byte
 	if g.h1 != nil && r.ContentLength >= 0 && hint <= maxPooledBody {
-		pb = bodyBufs.Get().(*[]byte)
-		dst = (*pb)[:0]
+		pb = bodyBufs.get()
+		dst = *pb
 	}
 	buf, err := readAtMostInto(r.Body, dst, hint, g.maxBody)
-	if pb != nil && cap(buf) > cap(*pb) {
-		*pb = buf[:0] // grown: the pool keeps the larger array
-	}
 	switch {
 	case errors.Is(err, errTooLarge):
-		putBodyBuf(pb)
+		bodyBufs.put(pb, nil)
 		return nil, nil, http.StatusRequestEntityTooLarge
 	case err != nil:
-		putBodyBuf(pb)
+		bodyBufs.put(pb, nil)
 		return nil, nil, http.StatusBadRequest
 	case buf == nil:
-		putBodyBuf(pb)
+		bodyBufs.put(pb, nil)
 		return nil, nil, 0
+	}
+	if pb != nil && cap(buf) > cap(*pb) {
+		*pb = buf[:0] // grown: the pool keeps the larger array
 	}
 	return buf, pb, 0
 }
 
-// maxPooledBody bounds the request bodies read into pooled buffers: an
+// bodyBufs keeps the request bodies' buffers (readBody, releaseBody): an
 // LLM request of many kilobytes is the largest thing a request allocates,
-// and was a garbage collection's work for each; a rare large upload is
-// not kept in the pool.
+// and was a garbage collection's work for each; a rare upload past 64 KiB
+// is not kept.
+var bodyBufs = bytesPool{max: maxPooledBody}
+
 const maxPooledBody = 64 << 10
 
-// bodyBufs keeps the request bodies' buffers (readBody, releaseBody).
-var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
+// promptTexts keeps the buffers the prefix-aware policy reads prompts
+// into, which nothing keeps past the hashing (a prompt's text is at most
+// maxPromptBytes).
+var promptTexts = bytesPool{max: maxPromptBytes}
 
-func putBodyBuf(pb *[]byte) {
-	if pb != nil && cap(*pb) <= maxPooledBody {
+// bytesPool keeps byte buffers of up to max bytes between requests.
+type bytesPool struct {
+	pool sync.Pool
+	max  int
+}
+
+// get returns an empty buffer, from the pool if it has one.
+func (p *bytesPool) get() *[]byte {
+	if pb, ok := p.pool.Get().(*[]byte); ok {
+		return pb
+	}
+	return new([]byte)
+}
+
+// put gives pb back (nil: nothing), holding grown instead of its array if
+// grown is the larger, unless the buffer is now past max.
+func (p *bytesPool) put(pb *[]byte, grown []byte) {
+	if pb == nil {
+		return
+	}
+	if cap(grown) > cap(*pb) {
+		*pb = grown
+	}
+	if cap(*pb) <= p.max {
 		*pb = (*pb)[:0]
-		bodyBufs.Put(pb)
+		p.pool.Put(pb)
 	}
 }
 
@@ -383,10 +409,8 @@ func putBodyBuf(pb *[]byte) {
 // again: the answer is committed (forgetRequest) or the exchange is over
 // (recycle). The h1 client is done with the body when RoundTrip returns.
 func (e *exchange) releaseBody() {
-	if e.bodyBuf != nil {
-		putBodyBuf(e.bodyBuf)
-		e.bodyBuf = nil
-	}
+	bodyBufs.put(e.bodyBuf, nil)
+	e.bodyBuf = nil
 	e.body = nil
 }
 
@@ -632,15 +656,12 @@ func (e *exchange) pick() *Upstream {
 		if g.prefix != nil {
 			if !e.prefixDone {
 				e.prefixDone = true
-				tb := promptTexts.Get().(*[]byte)
+				tb := promptTexts.get()
 				model, text, ok := promptText(e.path, e.body, *tb)
 				if ok && e.r.Method == http.MethodPost {
 					e.prefix = prefixHashes(model, text, g.prefix.blockBytes())
 				}
-				if cap(text) > cap(*tb) {
-					*tb = text[:0]
-				}
-				promptTexts.Put(tb)
+				promptTexts.put(tb, text)
 			}
 			u, e.prefixPick = g.prefix.pickPrompt(cands, e.prefix)
 		} else {
@@ -669,12 +690,6 @@ func (e *exchange) pick() *Upstream {
 	}
 	return nil
 }
-
-// promptTexts keeps the buffers the prefix-aware policy reads prompts
-// into, which nothing keeps past the hashing: a prompt is often the
-// largest thing a request allocates after its body (kilobytes), and each
-// was a garbage collection's work.
-var promptTexts = sync.Pool{New: func() any { return new([]byte) }}
 
 // anyServes reports whether a backend of src serves model.
 func anyServes(src []*Upstream, model string) bool {
