@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,10 +64,15 @@ func startUp(t *testing.T, stateDir string, args ...string) *upProc {
 	if stateDir == "" {
 		stateDir = t.TempDir()
 	}
-	gw, adm := freeAddr(t), freeAddr(t)
-	all := append([]string{"up", "--gateway-addr", gw, "--admin-addr", adm, "--state-dir", stateDir, "--log-level", "warn"}, args...)
-	p := testbin.Start(t, binary, all...)
-	return &upProc{Proc: p, t: t, gateway: "http://" + gw, admin: "http://" + adm, stateDir: stateDir}
+	for try := 1; ; try++ {
+		gw, adm := freeAddr(t), freeAddr(t)
+		all := append([]string{"up", "--gateway-addr", gw, "--admin-addr", adm, "--state-dir", stateDir, "--log-level", "warn"}, args...)
+		p := testbin.Start(t, binary, all...)
+		if try < 3 && testbin.LostAddr(p, adm, 30*time.Second) {
+			continue // a port taken between freeAddr and up's listen: others
+		}
+		return &upProc{Proc: p, t: t, gateway: "http://" + gw, admin: "http://" + adm, stateDir: stateDir}
+	}
 }
 
 // stop signals the process and waits for it to exit (bounded).
@@ -307,3 +313,23 @@ func postJSON(t *testing.T, url, body string) (int, string) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestLostAddr: startUp's retry tells a process that could not listen on
+// an address handed out free (its gateway address, taken here on purpose)
+// from one that listens.
+func TestLostAddr(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	adm := freeAddr(t)
+	p := testbin.Start(t, binary, "up", "--gateway-addr", ln.Addr().String(), "--admin-addr", adm, "--state-dir", t.TempDir(), "--log-level", "warn")
+	if !testbin.LostAddr(p, adm, 30*time.Second) {
+		t.Fatalf("up on a taken admin address: not told apart; output:\n%s", p.Out.String())
+	}
+	u := startUp(t, "")
+	if !u.Running() {
+		t.Fatalf("up on free addresses exited:\n%s", u.Out.String())
+	}
+}

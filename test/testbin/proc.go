@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -80,4 +81,23 @@ func FreeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// LostAddr reports whether p, started on addresses FreeAddr handed out,
+// exited because one of them was taken before it could listen: a port
+// FreeAddr saw free can become an outgoing connection's source port in the
+// meantime. Its caller then starts it again on fresh addresses. It waits,
+// up to timeout, until p accepts connections on addr or exits.
+func LostAddr(p *Proc, addr string, timeout time.Duration) bool {
+	Eventually(timeout, func() bool {
+		if !p.Running() {
+			return true
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return !p.Running() && strings.Contains(p.Out.String(), "address already in use")
 }
