@@ -2,6 +2,7 @@ package routingbench
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,69 @@ func TestGoalRowAndShortSchedule(t *testing.T) {
 		if a != full[i] {
 			t.Fatalf("arrival %d: short %+v, full %+v", i, a, full[i])
 		}
+	}
+}
+
+func TestPercentileRatioInterval(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	// n fast requests and k slow ones whose latencies spread over
+	// [base, base+spread): the shape of the routing bench's samples.
+	shape := func(n, k int, base, spread int, seed uint64) []time.Duration {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		out := make([]time.Duration, 0, n+k)
+		for range n {
+			out = append(out, time.Duration(400+rng.IntN(40))*time.Millisecond)
+		}
+		for range k {
+			out = append(out, time.Duration(base+rng.IntN(spread))*time.Millisecond)
+		}
+		return out
+	}
+	same1, same2 := shape(840, 30, 1100, 200, 1), shape(840, 32, 1100, 200, 2)
+	worse := shape(840, 30, 1500, 200, 3)
+	cases := []struct {
+		name         string
+		a, b         []time.Duration
+		wantLoAbove  float64 // lo > this
+		wantLoBelow  float64 // lo < this
+		wantHiAbove  float64
+		wantZeroOnly bool
+	}{
+		{name: "empty a", a: nil, b: ms(1, 2), wantZeroOnly: true},
+		{name: "empty b", a: ms(1, 2), b: nil, wantZeroOnly: true},
+		{name: "identical constant samples", a: ms(5, 5, 5, 5), b: ms(5, 5, 5, 5), wantLoAbove: 0.999, wantLoBelow: 1.001, wantHiAbove: 0.999},
+		// Two draws of one distribution: the interval holds 1, and its
+		// low end is nowhere near a 5 % goal.
+		{name: "same distribution, two draws", a: same1, b: same2, wantLoAbove: 0.8, wantLoBelow: 1.0, wantHiAbove: 1.0},
+		// A slow tail 36 % slower is told apart from noise.
+		{name: "slow tail clearly worse", a: worse, b: same1, wantLoAbove: 1.05, wantLoBelow: 2, wantHiAbove: 1.2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			lo, hi := PercentileRatioInterval(c.a, c.b, 99, 90, 7)
+			t.Logf("p99 ratio interval [%.3f, %.3f]", lo, hi)
+			if c.wantZeroOnly {
+				if lo != 0 || hi != 0 {
+					t.Fatalf("got %v, %v; want 0, 0", lo, hi)
+				}
+				return
+			}
+			if lo > hi {
+				t.Fatalf("lo %v > hi %v", lo, hi)
+			}
+			if !(lo > c.wantLoAbove && lo < c.wantLoBelow) || !(hi > c.wantHiAbove) {
+				t.Fatalf("interval [%.3f, %.3f]: want lo in (%v, %v), hi > %v", lo, hi, c.wantLoAbove, c.wantLoBelow, c.wantHiAbove)
+			}
+			// The same samples and seed give the same interval.
+			if lo2, hi2 := PercentileRatioInterval(c.a, c.b, 99, 90, 7); lo2 != lo || hi2 != hi {
+				t.Fatalf("not reproducible: [%v, %v] then [%v, %v]", lo, hi, lo2, hi2)
+			}
+		})
 	}
 }
