@@ -296,3 +296,58 @@ func FuzzStringRun(f *testing.F) {
 		}
 	})
 }
+
+func TestSkipString(t *testing.T) {
+	for _, tt := range []struct {
+		in     string
+		from   int
+		want   int
+		wantOK bool
+	}{
+		{`""`, 0, 2, true},
+		{`"abc"`, 0, 5, true},
+		{`"abc",`, 0, 5, true},
+		{`"a\"b"`, 0, 6, true},   // an escaped quote is not the end
+		{`"a\\"b"`, 0, 5, true},  // an escaped backslash, then the end
+		{`"a\\\"b"`, 0, 8, true}, // three backslashes: the quote is escaped
+		{`"\\"`, 0, 4, true},     // the run of backslashes starts after the opening quote
+		{`"\"`, 0, 0, false},     // cut short after an escaped quote
+		{`"abc`, 0, 0, false},    // no closing quote
+		{`"`, 0, 0, false},       // only the opening quote
+		{`x"long enough to cross a vector of thirty-two bytes \" and more"y`, 1, 64, true},
+		{"\"a\x01b\"", 0, 5, true}, // control characters are not looked at
+		{`{"k":"v"}`, 1, 4, true},
+		{`{"k":"v"}`, 5, 8, true},
+	} {
+		got, ok := skipString([]byte(tt.in), tt.from)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("skipString(%q, %d) = %d, %v; want %d, %v", tt.in, tt.from, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+// FuzzSkipString: skipString ends a string where scanString does, on any
+// input without control characters (which scanString rejects and
+// skipString does not look at).
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"a\\"b"`, `"\\\\\"x"`, `"é\u00e9"`, `"`, `"\`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, c := range b {
+			if c < 0x20 {
+				return
+			}
+		}
+		for i, c := range b {
+			if c != '"' {
+				continue
+			}
+			end, ok := skipString(b, i)
+			wantEnd, _, wantOK := scanString(b, i)
+			if end != wantEnd || ok != wantOK {
+				t.Fatalf("skipString(%q, %d) = %d, %v; scanString: %d, %v", b, i, end, ok, wantEnd, wantOK)
+			}
+		}
+	})
+}
