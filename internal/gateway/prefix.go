@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"container/list"
 	"encoding/binary"
 	"math/rand/v2"
 	"net/http"
@@ -387,10 +386,24 @@ func rendezvous(key uint64, id string) uint64 {
 // held, the blocks before it in the prompts it came in are too), which
 // lets matched binary-search. Safe for concurrent use; the zero value is
 // empty.
+//
+// The recency list is a doubly linked list of slots in one slice, linked
+// by index, and an evicted block's slot is reused for the next: a new block
+// costs no allocation (a container/list element and a boxed hash were two,
+// 64 per 4 KiB of a new prompt) and the 32,768 slots a backend holds by
+// default carry no pointers for the garbage collector to scan.
 type blockIndex struct {
-	mu    sync.Mutex
-	lru   list.List // of uint64, front most recent
-	index map[uint64]*list.Element
+	mu         sync.Mutex
+	index      map[uint64]int32 // hash → its slot
+	slots      []blockSlot
+	free       []int32 // slots let go by a lowered capacity
+	head, tail int32   // most and least recent slot; -1 when empty
+}
+
+// blockSlot is one held block: its hash and its neighbours in recency.
+type blockSlot struct {
+	hash       uint64
+	prev, next int32 // -1 at the ends; prev is more recent
 }
 
 // matched returns how many leading blocks of hashes the index holds.
@@ -406,20 +419,69 @@ func (x *blockIndex) matched(hashes []uint64) int {
 // record stores hashes as most recent, the first block last, and evicts
 // beyond capacity blocks.
 func (x *blockIndex) record(hashes []uint64, capacity int) {
+	capacity = max(capacity, 1)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.index == nil {
-		x.index = make(map[uint64]*list.Element)
+		x.index = make(map[uint64]int32)
+		x.head, x.tail = -1, -1
 	}
 	for i := len(hashes) - 1; i >= 0; i-- {
-		if e, ok := x.index[hashes[i]]; ok {
-			x.lru.MoveToFront(e)
-		} else {
-			x.index[hashes[i]] = x.lru.PushFront(hashes[i])
+		h := hashes[i]
+		if s, ok := x.index[h]; ok {
+			x.unlink(s)
+			x.pushFront(s)
+			continue
 		}
+		var s int32
+		if len(x.index) >= capacity {
+			s = x.tail // the least recent block gives its slot
+			x.unlink(s)
+			delete(x.index, x.slots[s].hash)
+		} else if n := len(x.free); n > 0 {
+			s, x.free = x.free[n-1], x.free[:n-1]
+		} else {
+			s = int32(len(x.slots))
+			x.slots = append(x.slots, blockSlot{})
+		}
+		x.slots[s].hash = h
+		x.index[h] = s
+		x.pushFront(s)
 	}
-	for x.lru.Len() > capacity {
-		delete(x.index, x.lru.Remove(x.lru.Back()).(uint64))
+	// A capacity lowered since the last call: the least recent go.
+	for len(x.index) > capacity {
+		s := x.tail
+		x.unlink(s)
+		delete(x.index, x.slots[s].hash)
+		x.free = append(x.free, s)
+	}
+}
+
+// unlink takes slot s out of the recency list.
+func (x *blockIndex) unlink(s int32) {
+	sl := &x.slots[s]
+	if sl.prev >= 0 {
+		x.slots[sl.prev].next = sl.next
+	} else {
+		x.head = sl.next
+	}
+	if sl.next >= 0 {
+		x.slots[sl.next].prev = sl.prev
+	} else {
+		x.tail = sl.prev
+	}
+	sl.prev, sl.next = -1, -1
+}
+
+// pushFront makes slot s the most recent.
+func (x *blockIndex) pushFront(s int32) {
+	x.slots[s].prev, x.slots[s].next = -1, x.head
+	if x.head >= 0 {
+		x.slots[x.head].prev = s
+	}
+	x.head = s
+	if x.tail < 0 {
+		x.tail = s
 	}
 }
 
@@ -427,5 +489,5 @@ func (x *blockIndex) record(hashes []uint64, capacity int) {
 func (x *blockIndex) len() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.lru.Len()
+	return len(x.index)
 }

@@ -1,11 +1,17 @@
 package gateway
 
 import (
+	"container/list"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 func TestPrefixChoose(t *testing.T) {
@@ -175,6 +181,133 @@ func TestPrefixHashes(t *testing.T) {
 	}
 	if got := len(prefixHashes("m", make([]byte, 64*(maxPrefixBlocks+5)), 64)); got != maxPrefixBlocks {
 		t.Errorf("%d blocks, want the cap %d", got, maxPrefixBlocks)
+	}
+}
+
+// listLRU is the reference blockIndex is checked against: the plain
+// container/list LRU it replaced, with the same order of insertion (a
+// prompt's first block most recent) and eviction (beyond capacity, from
+// the least recent).
+type listLRU struct {
+	lru   list.List
+	index map[uint64]*list.Element
+}
+
+func (r *listLRU) record(hashes []uint64, capacity int) {
+	if r.index == nil {
+		r.index = map[uint64]*list.Element{}
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		if e, ok := r.index[hashes[i]]; ok {
+			r.lru.MoveToFront(e)
+		} else {
+			r.index[hashes[i]] = r.lru.PushFront(hashes[i])
+		}
+	}
+	for r.lru.Len() > max(capacity, 1) {
+		delete(r.index, r.lru.Remove(r.lru.Back()).(uint64))
+	}
+}
+
+func (r *listLRU) order() []uint64 {
+	var out []uint64
+	for e := r.lru.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(uint64))
+	}
+	return out
+}
+
+// order is blockIndex's recency list, most recent first, walked both
+// ways: a broken link shows as the two walks disagreeing.
+func (x *blockIndex) order(t *testing.T) []uint64 {
+	var fwd, back []uint64
+	for s := x.head; s >= 0; s = x.slots[s].next {
+		fwd = append(fwd, x.slots[s].hash)
+	}
+	for s := x.tail; s >= 0; s = x.slots[s].prev {
+		back = append(back, x.slots[s].hash)
+	}
+	slices.Reverse(back)
+	if !slices.Equal(fwd, back) || len(fwd) != len(x.index) {
+		t.Fatalf("links broken: forward %v, backward %v, %d indexed", fwd, back, len(x.index))
+	}
+	return fwd
+}
+
+// TestBlockIndexAgainstList: random prompts (sharing prefixes, as chat
+// turns do) recorded into both, with the capacity now and then lowered and
+// raised, hold the same blocks in the same order after every call.
+func TestBlockIndexAgainstList(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	var x blockIndex
+	var ref listLRU
+	capacity := 40
+	for step := range 3000 {
+		if step%500 == 499 {
+			capacity = []int{40, 7, 64, 1, 40}[step/500%5]
+		}
+		n := rng.IntN(12)
+		hashes := make([]uint64, n)
+		root := uint64(rng.IntN(8)) * 1000
+		for i := range hashes {
+			hashes[i] = root + uint64(i) + uint64(rng.IntN(3)/2)*100 // some prompts branch
+		}
+		x.record(hashes, capacity)
+		ref.record(hashes, capacity)
+		if got, want := x.order(t), ref.order(); !slices.Equal(got, want) {
+			t.Fatalf("step %d (capacity %d, recorded %v):\n got %v\nwant %v", step, capacity, hashes, got, want)
+		}
+		if len(x.slots)-len(x.free) != len(x.index) {
+			t.Fatalf("step %d: %d slots, %d free, %d held: a slot is lost", step, len(x.slots), len(x.free), len(x.index))
+		}
+	}
+}
+
+// TestBlockIndexRecordAllocations: once full, recording a new prompt's
+// blocks reuses the evicted blocks' slots.
+func TestBlockIndexRecordAllocations(t *testing.T) {
+	var x blockIndex
+	next := uint64(0)
+	prompt := make([]uint64, 64)
+	fresh := func() {
+		for i := range prompt {
+			prompt[i] = next
+			next++
+		}
+	}
+	for range 8 { // fill 512 blocks
+		fresh()
+		x.record(prompt, 512)
+	}
+	if a := testing.AllocsPerRun(100, func() { fresh(); x.record(prompt, 512) }); a > 0 {
+		t.Errorf("%.1f allocations per new 64-block prompt in a full index, want 0", a)
+	}
+}
+
+// TestPrefixHashesChain: each block's hash is xxhash64 of the previous
+// hash's eight little-endian bytes then the block's bytes, the first
+// chained from the model's hash — the definition, computed here by a
+// streaming Digest, for block sizes on the stack and beyond it.
+func TestPrefixHashesChain(t *testing.T) {
+	text := []byte(strings.Repeat("The sea is calm tonight, the tide is full. ", 40))
+	for _, bs := range []int{1, 16, DefaultPrefixBlockBytes, 4 * DefaultPrefixBlockBytes, 4*DefaultPrefixBlockBytes + 1, 700} {
+		got := prefixHashes("llama3", text, bs)
+		prev := xxhash.Sum64String("llama3")
+		n := min(len(text)/bs, maxPrefixBlocks)
+		if len(got) != n {
+			t.Fatalf("block %d: %d hashes, want %d", bs, len(got), n)
+		}
+		for i := range n {
+			d := xxhash.New()
+			var seed [8]byte
+			binary.LittleEndian.PutUint64(seed[:], prev)
+			d.Write(seed[:])
+			d.Write(text[i*bs : (i+1)*bs])
+			prev = d.Sum64()
+			if got[i] != prev {
+				t.Fatalf("block size %d, block %d: %x, want %x", bs, i, got[i], prev)
+			}
+		}
 	}
 }
 
