@@ -41,6 +41,11 @@
 #                     request's prompt is often kilobytes, and a proxy that
 #                     parses or copies it pays per byte where one that
 #                     forwards it does not (4096: a 4.2 KB body)
+#   PROMPT_DISTINCT=0 1: every request's prompt begins with a number of its
+#                     own (its length unchanged), so that no two requests
+#                     share a prefix block, as LLM traffic mostly does not;
+#                     0: every request carries the same prompt, whose
+#                     blocks a prefix-aware gateway then finds already held
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
 #   TIDEGPU_BASE_BIN=path
 #                     another tidegpu binary (say, main's), run as a third
@@ -60,6 +65,8 @@ WARMUP=${WARMUP:-2s}
 MODES=${MODES:-get post}
 PACE_MS=${PACE_MS:-4}
 PROMPT_BYTES=${PROMPT_BYTES:-0}
+PROMPT_DISTINCT=${PROMPT_DISTINCT:-0}
+[[ $PROMPT_DISTINCT == [01] ]] || { echo "run.sh: PROMPT_DISTINCT=$PROMPT_DISTINCT: want 0 (one prompt for all) or 1 (a prompt of its own per request)" >&2; exit 1; }
 [[ $PROMPT_BYTES =~ ^[0-9]+$ ]] && ((PROMPT_BYTES <= 65536)) || { echo "run.sh: PROMPT_BYTES=$PROMPT_BYTES: want a number of bytes from 0 to 65536" >&2; exit 1; }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -318,12 +325,34 @@ if ((PROMPT_BYTES > 0)); then
 	prompt=${prompt:0:PROMPT_BYTES}
 fi
 post_body='{"model":"qwen2:0.5b","messages":[{"role":"user","content":"'"$prompt"'"}],"stream":false}'
-cat >"$tmp/post.lua" <<EOF
+if ((PROMPT_DISTINCT)); then
+	# The prompt's first 16 bytes replaced by the wrk thread's number and
+	# the request's, so that the body's length stays.
+	((${#prompt} >= 16)) || prompt=$(printf '%-16s' "$prompt")
+	cat >"$tmp/post.lua" <<EOF
+wrk.method = "POST"
+wrk.path = "/api/chat"
+wrk.headers["Content-Type"] = "application/json"
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local n = 0
+local tail = '${prompt:16}'
+request = function()
+  n = n + 1
+  return wrk.format(nil, nil, nil, '{"model":"qwen2:0.5b","messages":[{"role":"user","content":"' .. string.format("%6d%09d ", tid, n % 1000000000) .. tail .. '"}],"stream":false}')
+end
+EOF
+else
+	cat >"$tmp/post.lua" <<EOF
 wrk.method = "POST"
 wrk.path = "/api/chat"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '$post_body'
 EOF
+fi
 {
 	cat "$tmp/post.lua"
 	echo "function delay() return $PACE_MS end"
