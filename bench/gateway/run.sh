@@ -367,11 +367,20 @@ wrk_run() {
 		script=(-s "$tmp/$2.lua")
 		;;
 	esac
-	local c0 c1
-	c0=$(cpu_ticks "${tpid[$1]}")
-	wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1
-	c1=$(cpu_ticks "${tpid[$1]}")
+	local c0 c1 b0 b1 m0 m1 TIMEFORMAT='%U %S'
+	c0=$(cpu_ticks "${tpid[$1]}") b0=$(cpu_ticks "$backend_pid") m0=$(machine_ticks)
+	{ time wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1; } 2>"$4.time"
+	c1=$(cpu_ticks "${tpid[$1]}") b1=$(cpu_ticks "$backend_pid") m1=$(machine_ticks)
 	echo "cpu_ticks: $((c1 - c0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
+	echo "backend_ticks: $((b1 - b0))" >>"$4"
+	echo "machine_ticks: $((m1 - m0))" >>"$4"
+	echo "wrk_seconds: $(awk '{print $1 + $2}' "$4.time")" >>"$4"
+}
+
+# machine_ticks: the busy CPU time of the whole machine so far, in clock
+# ticks (/proc/stat: user, nice, system, irq, softirq, steal).
+machine_ticks() {
+	awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat
 }
 
 # to_ms VALUE_WITH_UNIT: wrk latency (e.g. 512.00us, 1.23ms, 1.01s) in ms.
@@ -382,12 +391,18 @@ to_ms() {
 		printf "%.3f", n }'
 }
 
-# parse FILE: prints "reqs p50ms p99ms errors cpu_us_per_request" from one
-# wrk output (with the cpu_ticks line wrk_run appends).
+# parse FILE: prints "reqs p50ms p99ms errors cpu_us_per_request
+# neighbours_us_per_request machine_us_per_request" from one wrk output
+# (with the lines wrk_run appends; the last two are 0 where it did not
+# count them, as in the paired mode). The neighbours are wrk and the
+# backend (for the baseline, wrk alone).
 parse() {
-	local rps p50 p99 errs cpu
+	local rps p50 p99 errs cpu more
 	rps=$(awk '/^Requests\/sec:/ {print $2}' "$1")
 	cpu=$(awk -v hz="$clk_tck" '/ requests in / {n = $1} /^cpu_ticks:/ {t = $2} END {if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print 0}' "$1")
+	more=$(awk -v hz="$clk_tck" -v base="$([[ $1 == *-backend-* ]] && echo 1 || echo 0)" '
+		/ requests in / {n = $1} /^backend_ticks:/ {b = $2} /^machine_ticks:/ {m = $2} /^wrk_seconds:/ {w = $2}
+		END {if (n > 0) printf "%.1f %.1f", (w * 1e6 + (base ? 0 : b * 1e6 / hz)) / n, m * 1e6 / hz / n; else print "0 0"}' "$1")
 	p50=$(awk '$1 == "50%" {print $2; exit}' "$1")
 	p99=$(awk '$1 == "99%" {print $2; exit}' "$1")
 	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' "$1")
@@ -396,7 +411,7 @@ parse() {
 		cat "$1" >&2
 		return 1
 	fi
-	echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $cpu"
+	echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $cpu $more"
 }
 
 median() { # numbers as arguments
@@ -438,9 +453,9 @@ paired_mode() {
 			log "mode paired: run $run/$RUNS: gateway with $peer"
 			g="$results/paired-$peer-gw-run$run.txt" p="$results/paired-$peer-run$run.txt"
 			wrk_pair "$peer" "$DURATION" "$g" "$p"
-			read -r rg _ _ f cg <<<"$(parse "$g")"
+			read -r rg _ _ f cg _ <<<"$(parse "$g")"
 			e=$((e + f))
-			read -r rp _ _ f cp <<<"$(parse "$p")"
+			read -r rp _ _ f cp _ <<<"$(parse "$p")"
 			e=$((e + f))
 			cg_all+="$cg " cp_all+="$cp "
 			ratios+="$(awk -v a="$cg" -v b="$cp" 'BEGIN {printf "%.3f", a / b}') "
@@ -488,18 +503,20 @@ for mode in $MODES; do
 	for t in "${targets[@]}"; do
 		wrk_run "$t" "$mode" "$WARMUP" "$results/$mode-$t-warmup.txt"
 	done
-	declare -A rps=() p50=() p99=() errs=() cpu=()
+	declare -A rps=() p50=() p99=() errs=() cpu=() nbr=() mach=()
 	for run in $(seq 1 "$RUNS"); do
 		for t in "${targets[@]}"; do
 			log "mode $mode: run $run/$RUNS: $t"
 			f="$results/$mode-$t-run$run.txt"
 			wrk_run "$t" "$mode" "$DURATION" "$f"
 			out=$(parse "$f")
-			read -r r a b e c <<<"$out"
+			read -r r a b e c nb mc <<<"$out"
 			rps[$t]+="$r "
 			p50[$t]+="$a "
 			p99[$t]+="$b "
 			cpu[$t]+="$c "
+			nbr[$t]+="$nb "
+			mach[$t]+="$mc "
 			errs[$t]=$((${errs[$t]:-0} + e))
 		done
 	done
@@ -511,8 +528,8 @@ for mode in $MODES; do
 	echo
 	echo "### $what; response: ${#body}-byte JSON"
 	echo
-	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request | CPU per request relative to HAProxy |"
-	echo "|---|---:|---:|---:|---:|---:|---:|"
+	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request | CPU per request relative to HAProxy | wrk's and the backend's CPU per request | the whole machine's CPU per request |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for t in "${targets[@]}"; do
 		# shellcheck disable=SC2086
 		r=$(median ${rps[$t]})
@@ -522,8 +539,13 @@ for mode in $MODES; do
 		b=$(median ${p99[$t]})
 		# shellcheck disable=SC2086
 		c=$(median ${cpu[$t]})
-		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v cref="$cref" -v who="$([[ $t == backend ]] && echo " (backend)")" \
-			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s | %.2fx |\n", l, r, a, b, 100 * r / ref, c, who, c / cref }'
+		# shellcheck disable=SC2086
+		nb=$(median ${nbr[$t]})
+		# shellcheck disable=SC2086
+		mc=$(median ${mach[$t]})
+		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v cref="$cref" -v nb="$nb" -v mc="$mc" \
+			-v who="$([[ $t == backend ]] && echo " (backend)")" -v nwho="$([[ $t == backend ]] && echo " (wrk)")" \
+			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s | %.2fx | %.1f µs%s | %.1f µs |\n", l, r, a, b, 100 * r / ref, c, who, c / cref, nb, nwho, mc }'
 	done
 	echo
 	echo "per-run req/s:"
@@ -537,12 +559,16 @@ for mode in $MODES; do
 	echo "CPU per request: user+system CPU time of the proxy process (nginx: master and"
 	echo "workers) over the run divided by the requests wrk completed; for the baseline,"
 	echo "the backend's own. Less sensitive than req/s to what else runs on the machine."
+	echo "wrk's and the backend's CPU per request: what the proxy makes the processes"
+	echo "around it spend (wrk's from bash's time, the backend's from /proc); a proxy that"
+	echo "answers in bursts wakes them less often. The whole machine's: its busy time"
+	echo "(/proc/stat) over the run per request, everything on the path and anything else."
 	for t in "${targets[@]}"; do
 		if ((${errs[$t]} > 0)); then
 			echo "WARNING: $t: ${errs[$t]} non-2xx responses or socket errors over its runs (see $results/$mode-$t-run*.txt)"
 		fi
 	done
-	unset rps p50 p99 errs cpu
+	unset rps p50 p99 errs cpu nbr mach
 done
 
 echo
