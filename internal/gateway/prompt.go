@@ -173,19 +173,14 @@ func prefixHashes(model string, text []byte, blockBytes int) []uint64 {
 	}
 	out := make([]uint64, n)
 	prev := xxhash.Sum64String(model)
-	// Each block is hashed as the previous hash's eight bytes then the
-	// block's, in one call of the one-shot Sum64 (its assembly, without a
-	// Digest's buffering: a third of the cost per block).
-	var stack [8 + 4*DefaultPrefixBlockBytes]byte
-	buf := stack[:]
-	if 8+blockBytes > len(stack) {
-		buf = make([]byte, 8+blockBytes)
-	}
-	buf = buf[:8+blockBytes]
+	var d xxhash.Digest
+	var seed [8]byte
 	for i := range n {
-		binary.LittleEndian.PutUint64(buf, prev)
-		copy(buf[8:], text[i*blockBytes:(i+1)*blockBytes])
-		prev = xxhash.Sum64(buf)
+		d.Reset()
+		binary.LittleEndian.PutUint64(seed[:], prev)
+		d.Write(seed[:])
+		d.Write(text[i*blockBytes : (i+1)*blockBytes])
+		prev = d.Sum64()
 		out[i] = prev
 	}
 	return out
