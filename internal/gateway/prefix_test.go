@@ -643,3 +643,41 @@ func TestPickPromptLearntSpill(t *testing.T) {
 		t.Fatalf("bounded-time policy picked %s, want b: a is within the bound, but its wait costs more", u.id)
 	}
 }
+
+// BenchmarkBlockIndexRecord: recording a 64-block prompt (4 KiB at the
+// default block) into a full index of the default size, new each time or
+// already held, beside the container/list LRU it replaced (listLRU). The
+// allocations it reports are asserted by TestBlockIndexRecordAllocations.
+//
+//	go test -run XXX -bench BlockIndexRecord -benchmem ./internal/gateway/
+func BenchmarkBlockIndexRecord(b *testing.B) {
+	type recorder interface{ record([]uint64, int) }
+	prompt := make([]uint64, 64)
+	next := uint64(0)
+	fresh := func() {
+		for i := range prompt {
+			prompt[i] = (next + 1) * 0x9E3779B97F4A7C15 // spread as hashes are
+			next++
+		}
+	}
+	for _, impl := range []struct {
+		name string
+		r    recorder
+	}{{"slots", &blockIndex{}}, {"list", &listLRU{}}} {
+		for range DefaultPrefixIndexBlocks / len(prompt) { // full
+			fresh()
+			impl.r.record(prompt, DefaultPrefixIndexBlocks)
+		}
+		b.Run(impl.name+"/new", func(b *testing.B) {
+			for b.Loop() {
+				fresh()
+				impl.r.record(prompt, DefaultPrefixIndexBlocks)
+			}
+		})
+		b.Run(impl.name+"/held", func(b *testing.B) {
+			for b.Loop() {
+				impl.r.record(prompt, DefaultPrefixIndexBlocks)
+			}
+		})
+	}
+}
