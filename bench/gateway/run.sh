@@ -324,11 +324,11 @@ if ((PROMPT_BYTES > 0)); then
 	done
 	prompt=${prompt:0:PROMPT_BYTES}
 fi
+# With PROMPT_DISTINCT, the prompt's first 16 bytes are replaced by the
+# wrk thread's number and the request's, so that the body's length stays.
+((PROMPT_DISTINCT == 0 || ${#prompt} >= 16)) || prompt=$(printf '%-16s' "$prompt")
 post_body='{"model":"qwen2:0.5b","messages":[{"role":"user","content":"'"$prompt"'"}],"stream":false}'
 if ((PROMPT_DISTINCT)); then
-	# The prompt's first 16 bytes replaced by the wrk thread's number and
-	# the request's, so that the body's length stays.
-	((${#prompt} >= 16)) || prompt=$(printf '%-16s' "$prompt")
 	cat >"$tmp/post.lua" <<EOF
 wrk.method = "POST"
 wrk.path = "/api/chat"
@@ -372,6 +372,8 @@ wrk_run() {
 	{ time wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1; } 2>"$4.time"
 	c1=$(cpu_ticks "${tpid[$1]}") b1=$(cpu_ticks "$backend_pid") m1=$(machine_ticks)
 	echo "cpu_ticks: $((c1 - c0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
+	# The baseline's backend is its target: its CPU is cpu_ticks already.
+	[[ $1 == backend ]] && b1=$b0
 	echo "backend_ticks: $((b1 - b0))" >>"$4"
 	echo "machine_ticks: $((m1 - m0))" >>"$4"
 	echo "wrk_seconds: $(awk '{print $1 + $2}' "$4.time")" >>"$4"
@@ -400,9 +402,9 @@ parse() {
 	local rps p50 p99 errs cpu more
 	rps=$(awk '/^Requests\/sec:/ {print $2}' "$1")
 	cpu=$(awk -v hz="$clk_tck" '/ requests in / {n = $1} /^cpu_ticks:/ {t = $2} END {if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print 0}' "$1")
-	more=$(awk -v hz="$clk_tck" -v base="$([[ $1 == *-backend-* ]] && echo 1 || echo 0)" '
+	more=$(awk -v hz="$clk_tck" '
 		/ requests in / {n = $1} /^backend_ticks:/ {b = $2} /^machine_ticks:/ {m = $2} /^wrk_seconds:/ {w = $2}
-		END {if (n > 0) printf "%.1f %.1f", (w * 1e6 + (base ? 0 : b * 1e6 / hz)) / n, m * 1e6 / hz / n; else print "0 0"}' "$1")
+		END {if (n > 0) printf "%.1f %.1f", (w * 1e6 + b * 1e6 / hz) / n, m * 1e6 / hz / n; else print "0 0"}' "$1")
 	p50=$(awk '$1 == "50%" {print $2; exit}' "$1")
 	p99=$(awk '$1 == "99%" {print $2; exit}' "$1")
 	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' "$1")
