@@ -189,8 +189,10 @@ type Options struct {
 	// PrefixIndexBlocks is how many prefix blocks (of
 	// DefaultPrefixBlockBytes, about 16 tokens) the prefix-aware policy
 	// remembers per backend: size it like one backend's prefix cache
-	// (tokens / 16). 0 means DefaultPrefixIndexBlocks; ignored by other
-	// policies and by a CustomPolicy that sets its own.
+	// (tokens / 16). It takes 8 bytes a block per backend, made when the
+	// backend's first prompt is recorded (256 KiB at the default). 0 means
+	// DefaultPrefixIndexBlocks; ignored by other policies and by a
+	// CustomPolicy that sets its own.
 	PrefixIndexBlocks int
 	// LatencyDecay is the time constant of the peak-EWMA latency estimate
 	// (see Upstream.PeakLatency). 0 means DefaultLatencyDecay.
