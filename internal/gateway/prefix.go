@@ -416,6 +416,7 @@ type blockIndex struct {
 	wide     int
 	held     int    // blocks held
 	clock    uint32 // the last stamp given; a way's stamp orders its set
+	touched  uint32 // record's first pass (so it is not left out)
 }
 
 // blockWays is the number of ways of a set: eight 8-byte ways make one
@@ -480,6 +481,16 @@ func (x *blockIndex) record(hashes []uint64, capacity int) {
 	if capacity != x.capacity {
 		x.size(capacity)
 	}
+	// Every block's set is read once first: these reads do not depend on
+	// one another, so the processor has their cache misses under way at
+	// once, and the loop below, whose turns wait on each other, finds its
+	// sets in cache.
+	var touch uint32
+	for _, h := range hashes {
+		set, _ := x.place(h)
+		touch += x.sets[set].stamp[0]
+	}
+	x.touched = touch
 	for i := len(hashes) - 1; i >= 0; i-- {
 		set, tag := x.place(hashes[i])
 		s, ways := &x.sets[set], x.waysOf(set)

@@ -796,4 +796,22 @@ func BenchmarkBlockIndexRecord(b *testing.B) {
 			}
 		})
 	}
+	// Cold: new prompts dealt over 32 full indexes (8 MiB of sets), as a
+	// gateway in front of many backends, sharing its cores with the kernel
+	// and its neighbours, finds them: most sets are not in cache.
+	cold := make([]blockIndex, 32)
+	for i := range cold {
+		for range DefaultPrefixIndexBlocks / len(prompt) {
+			fresh()
+			cold[i].record(prompt, DefaultPrefixIndexBlocks)
+		}
+	}
+	b.Run("sets/new-cold", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			fresh()
+			cold[i%len(cold)].record(prompt, DefaultPrefixIndexBlocks)
+			i++
+		}
+	})
 }
