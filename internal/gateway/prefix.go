@@ -466,10 +466,21 @@ func (x *blockIndex) matched(hashes []uint64) int {
 	if x.held == 0 {
 		return 0
 	}
-	return sort.Search(len(hashes), func(i int) bool {
+	gone := func(i int) bool {
 		set, tag := x.place(hashes[i])
 		return x.sets[set].find(x.waysOf(set), tag) < 0
-	})
+	}
+	// The first block first: a backend that does not hold it, most of a
+	// pool's for any one prompt, costs one read, where a binary search
+	// from the middle takes about log2(len(hashes)) reads, each waiting on
+	// the one before's cache miss. Then a binary search from the middle,
+	// not a gallop from the start: the probes near the start stop at the
+	// first block evicted ahead of its prompt's deeper ones, and count 9 %
+	// fewer blocks held than an exact LRU would (TestBlockIndexCloseToLRU).
+	if len(hashes) == 0 || gone(0) {
+		return 0
+	}
+	return 1 + sort.Search(len(hashes)-1, func(j int) bool { return gone(1 + j) })
 }
 
 // record stores hashes as most recent, the first block last, each taking

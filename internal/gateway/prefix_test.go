@@ -282,6 +282,63 @@ func TestBlockIndexAgainstSets(t *testing.T) {
 	}
 }
 
+// TestBlockIndexMatchedEveryLength: an index holding the first k blocks of
+// a prompt of n matches exactly k, for every k: none, the first block only
+// (matched reads it apart), and the binary search's edges.
+func TestBlockIndexMatchedEveryLength(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 64, 100} {
+		hashes := make([]uint64, n)
+		for i := range hashes {
+			hashes[i] = uint64(n*1000 + i)
+		}
+		for k := 0; k <= n; k++ {
+			var x blockIndex
+			x.record([]uint64{1}, 4096) // not empty: the search runs
+			x.record(hashes[:k], 4096)
+			if got := x.matched(hashes); got != k {
+				t.Errorf("n %d: holding %d leading blocks, matched %d", n, k, got)
+			}
+		}
+	}
+}
+
+// BenchmarkBlockIndexMatched: a 64-block prompt matched against 8 full
+// indexes, one of which holds it, as pickPrompt matches a prompt against
+// a pool's candidates; the prompts (1,024, dealt over the indexes) change
+// from call to call, so that most of the sets read are not in cache.
+//
+//	go test -run XXX -bench BlockIndexMatched ./internal/gateway/
+func BenchmarkBlockIndexMatched(b *testing.B) {
+	const cands, prompts = 8, 1024
+	idx := make([]blockIndex, cands)
+	next := uint64(0)
+	block := func() uint64 { next++; return next * 0x9E3779B97F4A7C15 }
+	fill := make([]uint64, 64)
+	for i := range idx {
+		for range DefaultPrefixIndexBlocks / len(fill) {
+			for j := range fill {
+				fill[j] = block()
+			}
+			idx[i].record(fill, DefaultPrefixIndexBlocks)
+		}
+	}
+	ps := make([][]uint64, prompts)
+	for k := range ps {
+		ps[k] = make([]uint64, 64)
+		for j := range ps[k] {
+			ps[k][j] = block()
+		}
+		idx[k%cands].record(ps[k], DefaultPrefixIndexBlocks)
+	}
+	k := 0
+	for b.Loop() {
+		for i := range idx {
+			idx[i].matched(ps[k])
+		}
+		k = (k + 1) % prompts
+	}
+}
+
 // TestBlockIndexSize: the sets' ways add up to the capacity, at most
 // blockWays each, for capacities from one way to many sets.
 func TestBlockIndexSize(t *testing.T) {
