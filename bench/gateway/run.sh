@@ -46,6 +46,12 @@
 #                     share a prefix block, as LLM traffic mostly does not;
 #                     0: every request carries the same prompt, whose
 #                     blocks a prefix-aware gateway then finds already held
+#   BACKENDS=1        backends behind every proxy: one nginx worker listening on
+#                     that many ports, each proxy's pool holding them all
+#                     (HAProxy leastconn, nginx round-robin, the gateway's
+#                     default policy), so that what a proxy's balancing costs
+#                     per request as its pool grows is measured; the baseline
+#                     loads the first port
 #   TIDEGPU_BIN=path  a prebuilt tidegpu binary (default: go build ./cmd/tidegpu)
 #   TIDEGPU_BASE_BIN=path
 #                     another tidegpu binary (say, main's), run as a third
@@ -66,6 +72,8 @@ MODES=${MODES:-get post}
 PACE_MS=${PACE_MS:-4}
 PROMPT_BYTES=${PROMPT_BYTES:-0}
 PROMPT_DISTINCT=${PROMPT_DISTINCT:-0}
+BACKENDS=${BACKENDS:-1}
+[[ $BACKENDS =~ ^[0-9]+$ ]] && ((BACKENDS >= 1 && BACKENDS <= 64)) || { echo "run.sh: BACKENDS=$BACKENDS: want a number of backends from 1 to 64" >&2; exit 1; }
 [[ $PROMPT_DISTINCT == [01] ]] || { echo "run.sh: PROMPT_DISTINCT=$PROMPT_DISTINCT: want 0 (one prompt for all) or 1 (a prompt of its own per request)" >&2; exit 1; }
 [[ $PROMPT_BYTES =~ ^[0-9]+$ ]] && ((PROMPT_BYTES <= 65536)) || { echo "run.sh: PROMPT_BYTES=$PROMPT_BYTES: want a number of bytes from 0 to 65536" >&2; exit 1; }
 
@@ -151,6 +159,11 @@ fi
 
 # ---------------------------------------------------------------- backend
 backend_port=$(free_port)
+backend_ports=("$backend_port")
+while ((${#backend_ports[@]} < BACKENDS)); do
+	p=$(free_port)
+	[[ " ${backend_ports[*]} " == *" $p "* ]] || backend_ports+=("$p")
+done
 body='{"model":"bench","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"ok"},"done":true}'
 # nginx needs every temp path writable; keep them all in the temp dir.
 nginx_common() { # $1: prefix dir
@@ -180,7 +193,7 @@ events { worker_connections 4096; }
 http {
 $(nginx_http_common "$tmp/nginx-backend")
     server {
-        listen 127.0.0.1:$backend_port;
+$(for p in "${backend_ports[@]}"; do echo "        listen 127.0.0.1:$p;"; done)
         location / {
             default_type application/json;
             return 200 '$body';
@@ -216,7 +229,7 @@ frontend fe
 
 backend be
     balance leastconn
-    server backend 127.0.0.1:$backend_port
+$(i=0; for p in "${backend_ports[@]}"; do echo "    server backend$i 127.0.0.1:$p"; i=$((i + 1)); done)
 EOF
 haproxy -c -q -f "$tmp/haproxy.cfg"
 haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
@@ -233,7 +246,7 @@ events { worker_connections 4096; }
 http {
 $(nginx_http_common "$tmp/nginx-proxy")
     upstream be {
-        server 127.0.0.1:$backend_port;
+$(for p in "${backend_ports[@]}"; do echo "        server 127.0.0.1:$p;"; done)
         keepalive 64;
     }
     server {
@@ -257,7 +270,9 @@ nginx_pid=$!
 start_gateway() {
 	local p a
 	p=$(free_port) a=$(free_port)
-	"$1" gateway --backend "http://127.0.0.1:$backend_port" \
+	local bs=() b
+	for b in "${backend_ports[@]}"; do bs+=(--backend "http://127.0.0.1:$b"); done
+	"$1" gateway "${bs[@]}" \
 		--addr "127.0.0.1:$p" --admin-addr "127.0.0.1:$a" \
 		--log-level warn >"$tmp/$2.log" 2>&1 &
 	pids+=($!)
@@ -482,7 +497,7 @@ cat <<EOF
 Proxy overhead benchmark — $(date -u +%Y-%m-%dT%H:%M:%SZ)
   machine: $(nproc) CPU(s), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r)
   wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, $RUNS runs per target, interleaved; medians reported
-  backend: nginx, 1 worker, fixed ${#body}-byte JSON body (return 200), keep-alive
+  backend: nginx, 1 worker, fixed ${#body}-byte JSON body (return 200), keep-alive; ${BACKENDS} backend(s) (ports of that worker) in every proxy's pool
   NOTE: wrk, the proxy under test and the backend all share these $(nproc) CPU(s), so
   each number measures the whole path competing for the same cores, not the
   proxy alone; compare targets with each other, not with other machines.
