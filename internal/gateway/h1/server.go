@@ -155,7 +155,9 @@ func (s *Server) add(c *sconn) bool {
 	}
 	s.conns[c] = struct{}{}
 	if !s.sweeping {
-		if period, watchN, idleN := s.sweepPeriod(); watchN > 0 || idleN > 0 {
+		// Always on sockets: it checks the waits that began without a
+		// receive (sock.check).
+		if period, watchN, idleN := s.sweepPeriod(); watchN > 0 || idleN > 0 || rawSockets {
 			s.sweeping = true
 			go s.sweep(period, watchN, idleN)
 		}
@@ -213,6 +215,13 @@ func (s *Server) sweep(period time.Duration, watchN, idleN int64) {
 				c.state.CompareAndSwap(stateIdle, stateClosed) {
 				_ = c.nc.Close()
 				continue
+			}
+			if c.state.Load() == stateIdle && now-c.idleSince.Load() >= 2 {
+				// A wait that has lasted a whole round: one whose
+				// request is arriving as it is checked would be taken
+				// for a pipelining client's, and its connection would
+				// hold nothing from then on.
+				c.sk.check()
 			}
 			if watchN > 0 && c.wstate.Load() == watchArmed && now-c.armedAt.Load() > watchN &&
 				c.wstate.CompareAndSwap(watchArmed, watchStarting) {
@@ -358,6 +367,10 @@ type sconn struct {
 	// runtime (hasTail), on which the answer's last bytes go out (writeTail).
 	tail    int
 	hasTail bool
+
+	// holdLast is set while the answer's last bytes may be held for the
+	// next read (sock.hold).
+	holdLast bool
 }
 
 // closesAfter reports whether the connection closes once w's answer is
@@ -386,9 +399,17 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, buf
 func newSconn(s *Server, nc net.Conn) *sconn {
 	c := &sconn{s: s, nc: nc, sk: newSock(nc)}
 	c.idleSince.Store(s.ticks.Load())
+	c.sk.onSent = c.idle
 	c.ctx = newConnCtx()
 	c.blank = *c.blank.WithContext(c.ctx)
 	return c
+}
+
+// idle marks the connection idle once its answer is out; it runs on the
+// connection's goroutine, in the read that sends the answer's held bytes.
+func (c *sconn) idle() {
+	c.idleSince.Store(c.s.ticks.Load())
+	c.state.CompareAndSwap(stateActive, stateIdle)
 }
 
 // cancel ends the context of the connection's requests.
@@ -466,6 +487,15 @@ func (c *sconn) serve() {
 			c.br = readerPool.Get().(*bufio.Reader)
 			c.br.Reset(c.sk)
 		}
+		if c.sk.holding() && c.br.Buffered() > 0 {
+			// The next request is here already: the client pipelines,
+			// and the answer goes out before it is read.
+			c.sk.noHold.Store(true)
+			if c.sk.flush() != nil {
+				return
+			}
+			c.idle()
+		}
 		// Idle, the connection is closed by the sweep after IdleTimeout.
 		deadline := false
 		if _, err := c.br.Peek(1); err != nil {
@@ -493,8 +523,12 @@ func (c *sconn) serve() {
 		if !c.serveOne() || s.shutdown.Load() {
 			return
 		}
-		c.idleSince.Store(s.ticks.Load())
-		c.state.Store(stateIdle)
+		if !c.sk.holding() {
+			// Else idle once the held answer is out (c.idle, from the
+			// read that sends it).
+			c.idleSince.Store(s.ticks.Load())
+			c.state.Store(stateIdle)
+		}
 	}
 }
 
@@ -502,6 +536,7 @@ func (c *sconn) close() {
 	// Ends whatever a handler left running on the context, against the
 	// contract.
 	defer c.cancel()
+	_ = c.sk.flush() // an answer held for the next read
 	c.disarm()
 	if c.hasTail {
 		if !c.linger {
@@ -543,7 +578,9 @@ func (c *sconn) serveOne() bool {
 	ok := c.handle(w, req)
 	c.disarm()
 	if ok {
+		c.holdLast = true
 		w.finish()
+		c.holdLast = false
 	}
 	if w.head != nil {
 		putBuf(w.head)
@@ -644,6 +681,9 @@ func (c *sconn) write(w *response, b []byte) {
 		if err := c.writeTail(b); err != nil {
 			w.err, w.closeAfter = err, true
 		}
+		return
+	}
+	if c.holdLast && c.sk.hold(b) {
 		return
 	}
 	if _, err := c.sk.Write(b); err != nil {

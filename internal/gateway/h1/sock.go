@@ -4,7 +4,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // sock reads and writes a connection's socket with the system calls the
@@ -31,6 +35,17 @@ type sock struct {
 	rerr error
 	rfn  func(fd uintptr) bool
 
+	// An answer's last bytes, held (hold) to be sent in the first turn of
+	// the next Read, and what that Read needs (see hold).
+	held   *[]byte // from bufPool; nil: nothing held
+	pend   []byte  // what of *held is still to send
+	perr   error   // the send's failure
+	pfn    func(fd uintptr) bool
+	onSent func()       // run once the held bytes are out, before the wait
+	blind  atomic.Int32 // blindOff, blindWaiting, blindChecked, blindKicked
+	kickMu sync.Mutex   // orders a kick's deadline before the waiter's reset of it
+	noHold atomic.Bool  // the client pipelines: hold nothing
+
 	wp   []byte
 	iov  [maxIovecs]syscall.Iovec
 	wv   []syscall.Iovec // iov's part in use
@@ -53,14 +68,171 @@ func (s *sock) reset(nc net.Conn) {
 		if rc, err := sc.SyscallConn(); err == nil {
 			s.rc, s.raw = rc, rawSockets
 			if s.rfn == nil {
-				s.rfn, s.wfn, s.wvfn = s.read, s.write, s.writev
+				s.rfn, s.wfn, s.wvfn, s.pfn = s.read, s.write, s.writev, s.sendRead
 			}
 		}
 	}
 }
 
+// The states of a Read that waits without having received first
+// (sock.blind).
+const (
+	blindOff     int32 = iota // no such wait
+	blindWaiting              // waiting, not yet checked (check)
+	blindChecked              // checked: nothing had been missed
+	blindKicked               // check found bytes missed: the wait is ended
+)
+
+// hold keeps b, an answer's last bytes, to be sent by the next Read, in
+// the first turn of the function it gives RawConn.Read: after the poller
+// has reset the socket's readiness, so that the wait for the next request
+// starts without a receive that can only find nothing. A client that waits
+// for an answer before sending its next request (every client but one
+// that pipelines) cannot send before those bytes are out, so the
+// readiness its request brings is never lost; that receive (EAGAIN) was
+// the only system call per short request HAProxy does not make
+// (BENCHMARKS.md, issue 19, session 22). A request pipelined behind the
+// current one and arriving before that reset loses its readiness: check,
+// called by the server's sweep for a wait that has lasted a round, finds
+// it and ends the wait, and the connection holds nothing from then on.
+// false if b is not held (not a socket, a pipelining client, too large):
+// the caller writes it.
+func (s *sock) hold(b []byte) bool {
+	if !s.raw || s.noHold.Load() || len(s.pend)+len(b) > bufSize {
+		return false
+	}
+	if s.held == nil {
+		s.held = getBuf()
+		*s.held = (*s.held)[:0]
+	}
+	*s.held = append(*s.held, b...)
+	s.pend = *s.held
+	return true
+}
+
+// holding reports whether bytes are held for the next Read.
+func (s *sock) holding() bool { return len(s.pend) > 0 }
+
+// flush sends the held bytes now, for a write that must follow them or a
+// connection about to close.
+func (s *sock) flush() error {
+	if len(s.pend) == 0 {
+		return nil
+	}
+	p := s.pend
+	s.pend = nil
+	_, err := s.Write(p)
+	s.dropHeld()
+	return err
+}
+
+func (s *sock) dropHeld() {
+	s.pend = nil
+	if s.held != nil {
+		putBuf(s.held)
+		s.held = nil
+	}
+}
+
+// sendRead is the function Read gives RawConn.Read while bytes are held:
+// its first turn sends them (a rest the socket does not take ends the
+// call, for Read to write), runs onSent and asks to wait; the next turns
+// are read's.
+func (s *sock) sendRead(fd uintptr) bool {
+	if len(s.pend) == 0 {
+		return s.read(fd)
+	}
+	n, again, err := send(int(fd), s.pend)
+	s.pend = s.pend[n:]
+	switch {
+	case err != nil:
+		s.perr = err
+		return true
+	case again:
+		return true
+	}
+	s.dropHeld()
+	if s.onSent != nil {
+		s.onSent()
+	}
+	s.blind.Store(blindWaiting)
+	return false
+}
+
+// sendThenRead is Read with bytes held (see hold).
+func (s *sock) sendThenRead(p []byte) (int, error) {
+	s.rp, s.rn, s.rerr, s.perr = p, 0, nil, nil
+	err := s.rc.Read(s.pfn)
+	if s.blind.Swap(blindOff) == blindKicked {
+		// check set a deadline in the past to end the wait; it is taken
+		// back once check is done with it.
+		s.kickMu.Lock()
+		_ = s.nc.SetReadDeadline(time.Time{})
+		s.kickMu.Unlock()
+		s.noHold.Store(true)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = nil
+			s.rn, s.rerr = 0, nil
+			s.rp = nil
+			return s.Read(p) // what check found
+		}
+	}
+	s.rp = nil
+	switch {
+	case s.perr != nil:
+		s.dropHeld()
+		return 0, s.perr
+	case err != nil:
+		s.dropHeld()
+		return 0, renameOp(err, "read")
+	case len(s.pend) > 0: // the socket took part of the held bytes
+		if err := s.flush(); err != nil {
+			return 0, err
+		}
+		if s.onSent != nil {
+			s.onSent()
+		}
+		return s.Read(p)
+	}
+	return s.rn, s.rerr
+}
+
+// check looks, without blocking, for bytes a wait that began without a
+// receive (see hold) has missed: bytes (or the end, or a failure) found
+// end the wait, which then receives them. Nothing found, the wait is
+// sound: any byte from now on makes the socket readable. Called by the
+// server's sweep, on another goroutine than the reader's.
+func (s *sock) check() {
+	if s.blind.Load() != blindWaiting {
+		return
+	}
+	missed := false
+	_ = s.rc.Control(func(fd uintptr) {
+		var b [1]byte
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		missed = err != syscall.EAGAIN
+	})
+	s.kickMu.Lock()
+	defer s.kickMu.Unlock()
+	if !missed {
+		s.blind.CompareAndSwap(blindWaiting, blindChecked)
+		return
+	}
+	if s.blind.CompareAndSwap(blindWaiting, blindKicked) {
+		_ = s.nc.SetReadDeadline(time.Now())
+	}
+}
+
 // Read is one receive into p, waiting until the socket is readable.
 func (s *sock) Read(p []byte) (int, error) {
+	if len(s.pend) > 0 {
+		if s.raw && len(p) > 0 {
+			return s.sendThenRead(p)
+		}
+		if err := s.flush(); err != nil {
+			return 0, err
+		}
+	}
 	if !s.raw || len(p) == 0 {
 		return s.nc.Read(p)
 	}
@@ -104,6 +276,9 @@ func recv(fd int, p []byte) (n int, again bool, err error) {
 
 // Write sends all of p, waiting while the socket's buffer is full.
 func (s *sock) Write(p []byte) (int, error) {
+	if err := s.flush(); err != nil {
+		return 0, err
+	}
 	if !s.raw || len(p) == 0 {
 		return s.nc.Write(p)
 	}
@@ -154,6 +329,9 @@ const maxIovecs = 16
 // writeBuffers sends all of bufs, in as few writev calls as the socket
 // takes, consuming bufs as net.Buffers.WriteTo does.
 func (s *sock) writeBuffers(bufs *net.Buffers) (int64, error) {
+	if err := s.flush(); err != nil {
+		return 0, err
+	}
 	if !s.raw {
 		return bufs.WriteTo(s.nc)
 	}
