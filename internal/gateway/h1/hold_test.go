@@ -104,7 +104,7 @@ func slowThenFast(started chan<- struct{}, release <-chan struct{}) http.Handler
 // TestServerPipelinedRequestDuringAHeldAnswer: a request pipelined behind
 // one still being served, arriving before the server's read for it began,
 // loses the socket's readiness to that read (sock.hold); the sweep's check
-// finds it within two of its rounds, not after the idle timeout (a
+// finds it within three of its rounds, not after the idle timeout (a
 // minute), and the connection then holds nothing, so its next requests
 // are answered at once. Without the check the second answer never comes
 // within the test's deadline.

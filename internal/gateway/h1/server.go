@@ -36,6 +36,10 @@ import (
 //   - writes an answer the handler finishes without flushing in one write
 //     (head, Content-Length and body), and each flush of a stream as one
 //     chunk in one write, holding a write buffer only while it writes;
+//   - sends an answer's last bytes from inside the read that then waits
+//     for the connection's next request (sock.hold), so that the wait
+//     starts without a receive that finds nothing; a request pipelined
+//     into that window is found by the sweep (see Server.sweep);
 //   - holds a read buffer only while it reads a request: a connection
 //     waiting for its answer's tokens holds none.
 //
@@ -192,8 +196,11 @@ func (s *Server) sweepPeriod() (period time.Duration, watchN, idleN int64) {
 }
 
 // sweep, while the server has connections, starts the watch of each
-// request that has waited watchN rounds for its answer's head, and closes
-// each connection idle for idleN rounds. One sweep for the whole server
+// request that has waited watchN rounds for its answer's head, closes
+// each connection idle for idleN rounds, and checks once each wait for a
+// next request that began without a receive and has lasted two rounds
+// (sock.check): a pipelined request or a FIN that came before that wait
+// began is answered within three rounds instead of never. One sweep for the whole server
 // instead of a timer and two deadlines moved per request: those cost 3-5 %
 // of the gateway's CPU per short request (BENCHMARKS.md, issue 19 session
 // 19). A request or an idle spell that starts within a round is counted
