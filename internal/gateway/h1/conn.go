@@ -235,17 +235,11 @@ func (c *conn) sendRead(fd uintptr) bool {
 	if c.pend == nil {
 		return c.read(fd)
 	}
-	n, again, err := send(int(fd), c.pend)
-	c.pend = c.pend[n:]
-	switch {
-	case err != nil:
+	stop, err := sendTurn(fd, &c.pend)
+	if err != nil {
 		c.readErr = err
-		return true
-	case again:
-		return true // the rest is the caller's
 	}
-	c.pend = nil
-	return false // wait for the answer
+	return stop // else wait for the answer
 }
 
 // room makes room to read into: a buffer from the pool if the connection

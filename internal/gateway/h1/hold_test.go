@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -101,6 +102,23 @@ func slowThenFast(started chan<- struct{}, release <-chan struct{}) http.Handler
 	}
 }
 
+// slowRequest starts a server (idle timeout a minute) with slowThenFast
+// and sends it a request for /slow on a new connection; it returns once
+// the server has read that request, and no more (the handler waits for
+// release to be closed).
+func slowRequest(t *testing.T) (s *Server, c net.Conn, br *bufio.Reader, release chan struct{}) {
+	t.Helper()
+	started := make(chan struct{}, 1)
+	release = make(chan struct{})
+	s = &Server{Handler: slowThenFast(started, release), IdleTimeout: time.Minute}
+	c, br = dialRaw(t, serve(t, s))
+	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	return s, c, br, release
+}
+
 // TestServerPipelinedRequestDuringAHeldAnswer: a request pipelined behind
 // one still being served, arriving before the server's read for it began,
 // loses the socket's readiness to that read (sock.hold); the sweep's check
@@ -109,14 +127,7 @@ func slowThenFast(started chan<- struct{}, release <-chan struct{}) http.Handler
 // are answered at once. Without the check the second answer never comes
 // within the test's deadline.
 func TestServerPipelinedRequestDuringAHeldAnswer(t *testing.T) {
-	started, release := make(chan struct{}, 1), make(chan struct{})
-	s := &Server{Handler: slowThenFast(started, release), IdleTimeout: time.Minute}
-	addr := serve(t, s)
-	c, br := dialRaw(t, addr)
-	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	<-started // the server has read the first request, and no more
+	s, c, br, release := slowRequest(t)
 	// Pipelined: sent before the first answer came. On loopback the bytes
 	// are in the server's socket when the write returns.
 	if _, err := io.WriteString(c, "GET /fast HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
@@ -165,14 +176,7 @@ func holdsNothing(s *Server) bool {
 // server within the sweep's rounds, as it was at once when the server
 // received before waiting; not after the idle timeout.
 func TestServerClientEndsDuringAHeldAnswer(t *testing.T) {
-	started, release := make(chan struct{}, 1), make(chan struct{})
-	s := &Server{Handler: slowThenFast(started, release), IdleTimeout: time.Minute}
-	addr := serve(t, s)
-	c, br := dialRaw(t, addr)
-	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	_, c, br, release := slowRequest(t)
 	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}

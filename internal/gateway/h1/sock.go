@@ -142,13 +142,8 @@ func (s *sock) sendRead(fd uintptr) bool {
 	if len(s.pend) == 0 {
 		return s.read(fd)
 	}
-	n, again, err := send(int(fd), s.pend)
-	s.pend = s.pend[n:]
-	switch {
-	case err != nil:
+	if stop, err := sendTurn(fd, &s.pend); stop {
 		s.perr = err
-		return true
-	case again:
 		return true
 	}
 	s.dropHeld()
@@ -157,6 +152,21 @@ func (s *sock) sendRead(fd uintptr) bool {
 	}
 	s.blind.Store(blindWaiting)
 	return false
+}
+
+// sendTurn is the first turn of a function given to RawConn.Read that
+// sends *p before it waits (the h1 client's request, the server's held
+// answer): it sends what the socket takes at once and leaves the rest in
+// *p (nil once all is sent). stop is true when the turn must end the
+// call: on a failure (err), or with a rest the caller writes.
+func sendTurn(fd uintptr, p *[]byte) (stop bool, err error) {
+	n, again, err := send(int(fd), *p)
+	*p = (*p)[n:]
+	if err != nil || again {
+		return true, err
+	}
+	*p = nil
+	return false, nil
 }
 
 // sendThenRead is Read with bytes held (see hold).
