@@ -199,3 +199,33 @@ func TestServerClientEndsDuringAHeldAnswer(t *testing.T) {
 		t.Fatalf("unexpected bytes after the answer: %q", rest)
 	}
 }
+
+// TestServerPipelinedRequestsInOneWrite: requests pipelined in one write
+// arrive with the first, so an answer goes out before the next request is
+// served (the held bytes are sent as soon as the buffer holds the next
+// request), not after it: here the next one waits until the test has read
+// the answer before it. Without that flush the connection was still
+// serving when it read the next request from its buffer, took that for a
+// close by Shutdown, and dropped the request (the test fails). Then the
+// same on the connection, which now holds nothing.
+func TestServerPipelinedRequestsInOneWrite(t *testing.T) {
+	started, release := make(chan struct{}, 2), make(chan struct{}, 2)
+	// No watch of the waiting request within the test's deadline: its read
+	// would send the held answer too, late.
+	s := &Server{Handler: slowThenFast(started, release), IdleTimeout: time.Minute, WatchAfter: time.Minute}
+	c, br := dialRaw(t, serve(t, s))
+	t.Cleanup(func() { close(release) }) // a failed run leaves no handler waiting
+	for range 2 {
+		if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, br, "answer to /a\n") // while /slow waits
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the request pipelined behind /a was not served")
+		}
+		release <- struct{}{}
+		readUntil(t, br, "answer to /slow\n")
+	}
+}

@@ -571,6 +571,13 @@ func (c *sconn) releaseReader() {
 // serveOne serves the request read into c.req; false if the connection
 // is to be closed.
 func (c *sconn) serveOne() bool {
+	if c.sk.holding() {
+		// Not reached (serve sends a held answer before it reads a
+		// request from the buffer), and must not be: a read while the
+		// request is served (its body, the watch) would send it and mark
+		// the connection idle.
+		_ = c.sk.flush()
+	}
 	req, w := &c.req, &c.w
 	req.RemoteAddr = c.remote
 	var b *body
