@@ -40,18 +40,32 @@ func TestBrowserPreflightAnsweredByTheGateway(t *testing.T) {
 	if chromium == "" {
 		t.Skipf("chromium is not installed (looked in %v): install the Debian package `chromium` (apt-get install -y chromium)", chromiumPaths)
 	}
-	simAddr, gwAddr, adminAddr := testbin.FreeAddr(t), testbin.FreeAddr(t), testbin.FreeAddr(t)
-	testbin.Start(t, binary, "sim", "--addr", simAddr, "--ttft", "1ms", "--token-time", "1ms")
+	// Each process is started again on fresh ports if one FreeAddr saw free
+	// was taken before it listened (testbin.LostAddr).
+	var simAddr string
+	for try := 1; ; try++ {
+		simAddr = testbin.FreeAddr(t)
+		p := testbin.Start(t, binary, "sim", "--addr", simAddr, "--ttft", "1ms", "--token-time", "1ms")
+		if try >= 3 || !testbin.LostAddr(p, simAddr, 30*time.Second) {
+			break
+		}
+	}
 
-	var pageURL string
+	var gwAddr, adminAddr string // gwAddr read by the page's handler once the gateway runs
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = io.WriteString(w, strings.Replace(corsPage, "GATEWAY", `"http://`+gwAddr+`"`, 1))
 	}))
 	t.Cleanup(page.Close)
-	pageURL = page.URL // http://127.0.0.1:PORT, another origin than the gateway's port
-	testbin.Start(t, binary, "gateway", "--backend", "http://"+simAddr, "--addr", gwAddr, "--admin-addr", adminAddr,
-		"--cors-allowed-origin", pageURL, "--cors-allowed-headers", "Authorization,Content-Type", "--cors-max-age", "10m")
+	pageURL := page.URL // http://127.0.0.1:PORT, another origin than the gateway's port
+	for try := 1; ; try++ {
+		gwAddr, adminAddr = testbin.FreeAddr(t), testbin.FreeAddr(t)
+		p := testbin.Start(t, binary, "gateway", "--backend", "http://"+simAddr, "--addr", gwAddr, "--admin-addr", adminAddr,
+			"--cors-allowed-origin", pageURL, "--cors-allowed-headers", "Authorization,Content-Type", "--cors-max-age", "10m")
+		if try >= 3 || !testbin.LostAddr(p, gwAddr, 30*time.Second) {
+			break
+		}
+	}
 	if _, ok := testbin.Eventually(15*time.Second, func() bool {
 		resp, err := http.Post("http://"+gwAddr+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"qwen2:0.5b","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`))
