@@ -98,7 +98,43 @@ func freeAddr(t *testing.T) string {
 // ports, requiring token on its admin API; it is stopped at the end.
 func startUp(t *testing.T, token string) *up {
 	t.Helper()
-	gw, adm := freeAddr(t), freeAddr(t)
+	for try := 1; ; try++ {
+		u := startUpOn(t, token, freeAddr(t), freeAddr(t))
+		if try >= 3 || !u.lostAddr() {
+			return u
+		}
+	}
+}
+
+// lostAddr reports whether u exited because a port freeAddr saw free was
+// taken before it listened (as testbin.LostAddr): it waits, up to 30 s,
+// until the admin API accepts connections or the process has exited.
+func (u *up) lostAddr() bool {
+	adm := strings.TrimPrefix(u.admin, "http://")
+	exited := func() bool {
+		select {
+		case <-u.exited:
+			return true
+		default:
+			return false
+		}
+	}
+	testbin.Eventually(30*time.Second, func() bool {
+		if exited() {
+			return true
+		}
+		c, err := net.DialTimeout("tcp", adm, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return exited() && strings.Contains(u.out.String(), "address already in use")
+}
+
+// startUpOn is startUp on the addresses gw and adm.
+func startUpOn(t *testing.T, token, gw, adm string) *up {
+	t.Helper()
 	cmd := exec.Command(binary, "up", "--gateway-addr", gw, "--admin-addr", adm, "--state-dir", t.TempDir(), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "TIDEGPU_ADMIN_TOKEN="+token)
 	out := &testbin.SyncBuffer{}
