@@ -16,7 +16,6 @@ import (
 	"image"
 	_ "image/png" // decodes the screenshots
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,15 +83,7 @@ type up struct {
 	shutdownOnce sync.Once
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testbin.FreeAddr(t) }
 
 // startUp runs `tidegpu up` with the default pool (2 simulators) on fresh
 // ports, requiring token on its admin API; it is stopped at the end.
@@ -107,29 +98,17 @@ func startUp(t *testing.T, token string) *up {
 }
 
 // lostAddr reports whether u exited because a port freeAddr saw free was
-// taken before it listened (as testbin.LostAddr): it waits, up to 30 s,
-// until the admin API accepts connections or the process has exited.
+// taken before it listened (testbin.AddrLost, waiting on the admin API).
 func (u *up) lostAddr() bool {
-	adm := strings.TrimPrefix(u.admin, "http://")
-	exited := func() bool {
+	running := func() bool {
 		select {
 		case <-u.exited:
-			return true
-		default:
 			return false
+		default:
+			return true
 		}
 	}
-	testbin.Eventually(30*time.Second, func() bool {
-		if exited() {
-			return true
-		}
-		c, err := net.DialTimeout("tcp", adm, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return exited() && strings.Contains(u.out.String(), "address already in use")
+	return testbin.AddrLost(running, u.out.String, strings.TrimPrefix(u.admin, "http://"), 30*time.Second)
 }
 
 // startUpOn is startUp on the addresses gw and adm.

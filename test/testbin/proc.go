@@ -89,8 +89,14 @@ func FreeAddr(t *testing.T) string {
 // meantime. Its caller then starts it again on fresh addresses. It waits,
 // up to timeout, until p accepts connections on addr or exits.
 func LostAddr(p *Proc, addr string, timeout time.Duration) bool {
+	return AddrLost(p.Running, p.Out.String, addr, timeout)
+}
+
+// AddrLost is LostAddr for a process started otherwise: running reports
+// whether it still runs, out returns what it has printed.
+func AddrLost(running func() bool, out func() string, addr string, timeout time.Duration) bool {
 	Eventually(timeout, func() bool {
-		if !p.Running() {
+		if !running() {
 			return true
 		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -99,5 +105,5 @@ func LostAddr(p *Proc, addr string, timeout time.Duration) bool {
 		}
 		return err == nil
 	})
-	return !p.Running() && strings.Contains(p.Out.String(), "address already in use")
+	return !running() && strings.Contains(out(), "address already in use")
 }

@@ -181,8 +181,6 @@ func (s *sock) sendThenRead(p []byte) (int, error) {
 		s.kickMu.Unlock()
 		s.noHold.Store(true)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = nil
-			s.rn, s.rerr = 0, nil
 			s.rp = nil
 			return s.Read(p) // what check found
 		}
