@@ -300,15 +300,19 @@ if [[ -n ${base_pid:-} ]]; then
 fi
 clk_tck=$(getconf CLK_TCK)
 
-# cpu_ticks PID: user+system CPU time, in clock ticks, of PID and its
-# children (all their threads).
+# cpu_ticks PID [sys]: user+system CPU time, in clock ticks, of PID and its
+# children (all their threads); with sys, the system time alone.
 cpu_ticks() {
 	local p f total=0
 	local -a fields
 	for p in "$1" $(pgrep -P "$1" || true); do
 		f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
 		read -r -a fields <<<"${f##*) }" # fields[0] is field 3 (state)
-		total=$((total + fields[11] + fields[12]))
+		if [[ ${2:-} == sys ]]; then
+			total=$((total + fields[12]))
+		else
+			total=$((total + fields[11] + fields[12]))
+		fi
 	done
 	echo "$total"
 }
@@ -382,11 +386,12 @@ wrk_run() {
 		script=(-s "$tmp/$2.lua")
 		;;
 	esac
-	local c0 c1 b0 b1 m0 m1 TIMEFORMAT='%U %S'
-	c0=$(cpu_ticks "${tpid[$1]}") b0=$(cpu_ticks "$backend_pid") m0=$(machine_ticks)
+	local c0 c1 s0 s1 b0 b1 m0 m1 TIMEFORMAT='%U %S'
+	c0=$(cpu_ticks "${tpid[$1]}") s0=$(cpu_ticks "${tpid[$1]}" sys) b0=$(cpu_ticks "$backend_pid") m0=$(machine_ticks)
 	{ time wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1; } 2>"$4.time"
-	c1=$(cpu_ticks "${tpid[$1]}") b1=$(cpu_ticks "$backend_pid") m1=$(machine_ticks)
+	c1=$(cpu_ticks "${tpid[$1]}") s1=$(cpu_ticks "${tpid[$1]}" sys) b1=$(cpu_ticks "$backend_pid") m1=$(machine_ticks)
 	echo "cpu_ticks: $((c1 - c0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
+	echo "sys_ticks: $((s1 - s0))" >>"$4"
 	# The baseline's backend is its target: its CPU is cpu_ticks already.
 	[[ $1 == backend ]] && b1=$b0
 	echo "backend_ticks: $((b1 - b0))" >>"$4"
@@ -409,17 +414,18 @@ to_ms() {
 }
 
 # parse FILE: prints "reqs p50ms p99ms errors cpu_us_per_request
-# neighbours_us_per_request machine_us_per_request" from one wrk output
-# (with the lines wrk_run appends; the last two are 0 where it did not
-# count them, as in the paired mode). The neighbours are wrk and the
-# backend (for the baseline, wrk alone).
+# neighbours_us_per_request machine_us_per_request sys_us_per_request"
+# from one wrk output (with the lines wrk_run appends; the last three are
+# 0 where it did not count them, as in the paired mode). The neighbours
+# are wrk and the backend (for the baseline, wrk alone); sys is the part
+# of the target's CPU per request spent in the kernel.
 parse() {
 	local rps p50 p99 errs cpu more
 	rps=$(awk '/^Requests\/sec:/ {print $2}' "$1")
 	cpu=$(awk -v hz="$clk_tck" '/ requests in / {n = $1} /^cpu_ticks:/ {t = $2} END {if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print 0}' "$1")
 	more=$(awk -v hz="$clk_tck" '
-		/ requests in / {n = $1} /^backend_ticks:/ {b = $2} /^machine_ticks:/ {m = $2} /^wrk_seconds:/ {w = $2}
-		END {if (n > 0) printf "%.1f %.1f", (w * 1e6 + b * 1e6 / hz) / n, m * 1e6 / hz / n; else print "0 0"}' "$1")
+		/ requests in / {n = $1} /^backend_ticks:/ {b = $2} /^machine_ticks:/ {m = $2} /^wrk_seconds:/ {w = $2} /^sys_ticks:/ {s = $2}
+		END {if (n > 0) printf "%.1f %.1f %.1f", (w * 1e6 + b * 1e6 / hz) / n, m * 1e6 / hz / n, s * 1e6 / hz / n; else print "0 0 0"}' "$1")
 	p50=$(awk '$1 == "50%" {print $2; exit}' "$1")
 	p99=$(awk '$1 == "99%" {print $2; exit}' "$1")
 	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' "$1")
@@ -520,15 +526,16 @@ for mode in $MODES; do
 	for t in "${targets[@]}"; do
 		wrk_run "$t" "$mode" "$WARMUP" "$results/$mode-$t-warmup.txt"
 	done
-	declare -A rps=() p50=() p99=() errs=() cpu=() nbr=() mach=()
+	declare -A rps=() p50=() p99=() errs=() cpu=() nbr=() mach=() sys=()
 	for run in $(seq 1 "$RUNS"); do
 		for t in "${targets[@]}"; do
 			log "mode $mode: run $run/$RUNS: $t"
 			f="$results/$mode-$t-run$run.txt"
 			wrk_run "$t" "$mode" "$DURATION" "$f"
 			out=$(parse "$f")
-			read -r r a b e c nb mc <<<"$out"
+			read -r r a b e c nb mc sy <<<"$out"
 			rps[$t]+="$r "
+			sys[$t]+="$sy "
 			p50[$t]+="$a "
 			p99[$t]+="$b "
 			cpu[$t]+="$c "
@@ -545,8 +552,8 @@ for mode in $MODES; do
 	echo
 	echo "### $what; response: ${#body}-byte JSON"
 	echo
-	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request | CPU per request relative to HAProxy | wrk's and the backend's CPU per request | the whole machine's CPU per request |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| target | req/s | p50 | p99 | req/s relative to HAProxy | CPU per request | of which in the kernel | CPU per request relative to HAProxy | wrk's and the backend's CPU per request | the whole machine's CPU per request |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for t in "${targets[@]}"; do
 		# shellcheck disable=SC2086
 		r=$(median ${rps[$t]})
@@ -560,9 +567,11 @@ for mode in $MODES; do
 		nb=$(median ${nbr[$t]})
 		# shellcheck disable=SC2086
 		mc=$(median ${mach[$t]})
-		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v cref="$cref" -v nb="$nb" -v mc="$mc" \
+		# shellcheck disable=SC2086
+		sy=$(median ${sys[$t]})
+		awk -v l="${label[$t]}" -v r="$r" -v a="$a" -v b="$b" -v ref="$ref" -v c="$c" -v cref="$cref" -v nb="$nb" -v mc="$mc" -v sy="$sy" \
 			-v who="$([[ $t == backend ]] && echo " (backend)")" -v nwho="$([[ $t == backend ]] && echo " (wrk)")" \
-			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s | %.2fx | %.1f µs%s | %.1f µs |\n", l, r, a, b, 100 * r / ref, c, who, c / cref, nb, nwho, mc }'
+			'BEGIN { printf "| %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %.1f µs%s | %.1f µs | %.2fx | %.1f µs%s | %.1f µs |\n", l, r, a, b, 100 * r / ref, c, who, sy, c / cref, nb, nwho, mc }'
 	done
 	echo
 	echo "per-run req/s:"
@@ -576,6 +585,8 @@ for mode in $MODES; do
 	echo "CPU per request: user+system CPU time of the proxy process (nginx: master and"
 	echo "workers) over the run divided by the requests wrk completed; for the baseline,"
 	echo "the backend's own. Less sensitive than req/s to what else runs on the machine."
+	echo "Of which in the kernel: its system time alone (system calls, the wake-ups and"
+	echo "switches they cause); the rest is the proxy's own code in user space."
 	echo "wrk's and the backend's CPU per request: what the proxy makes the processes"
 	echo "around it spend (wrk's from bash's time, the backend's from /proc); a proxy that"
 	echo "answers in bursts wakes them less often. The whole machine's: its busy time"
@@ -585,7 +596,7 @@ for mode in $MODES; do
 			echo "WARNING: $t: ${errs[$t]} non-2xx responses or socket errors over its runs (see $results/$mode-$t-run*.txt)"
 		fi
 	done
-	unset rps p50 p99 errs cpu nbr mach
+	unset rps p50 p99 errs cpu nbr mach sys
 done
 
 echo

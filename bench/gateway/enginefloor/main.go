@@ -16,6 +16,8 @@
 //	                  runtime's poller, with no HTTP engine (raw.go)
 //	-engine h1server: h1.Server in front of -engine raw's backend side
 //	                  (h1server.go): the h1 engine's server side alone
+//	-engine h1pass:   h1.Server and h1.Client driven as the gateway drives
+//	                  them, with none of its own work (h1pass.go)
 //
 // bench/gateway/enginefloor/run.sh runs it in bench/gateway/run.sh's place
 // of the gateway, beside HAProxy and nginx.
@@ -40,7 +42,7 @@ import (
 )
 
 func main() {
-	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, h1server, loop, coro or raw")
+	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, h1server, h1pass, loop, coro or raw")
 	listen := flag.String("listen", "127.0.0.1:18080", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:18081", "the backend's host:port")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-for here")
@@ -90,8 +92,14 @@ func main() {
 			log.Fatal(err)
 		}
 		log.Fatal((&h1.Server{Handler: h1ServerRaw(*backend)}).Serve(ln))
+	case "h1pass":
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Fatal((&h1.Server{Handler: h1Pass(*backend)}).Serve(ln))
 	default:
-		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, h1server, loop, coro or raw", *engine)
+		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, h1server, h1pass, loop, coro or raw", *engine)
 	}
 }
 
