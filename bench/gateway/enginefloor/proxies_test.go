@@ -75,26 +75,21 @@ func TestRawProxies(t *testing.T) {
 }
 
 // TestH1ServerRawProxies runs -engine h1server on real sockets.
-func TestH1ServerRawProxies(t *testing.T) {
-	ba := echoBackend(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &h1.Server{Handler: h1ServerRaw(ba.String())}
-	go func() { _ = s.Serve(ln) }()
-	defer s.Close()
-	checkProxies(t, "http://"+ln.Addr().String())
-}
+func TestH1ServerRawProxies(t *testing.T) { checkH1Handler(t, h1ServerRaw) }
 
 // TestH1PassProxies runs -engine h1pass on real sockets.
-func TestH1PassProxies(t *testing.T) {
+func TestH1PassProxies(t *testing.T) { checkH1Handler(t, h1Pass) }
+
+// checkH1Handler serves the handler handlerFor makes for echoBackend on an
+// h1.Server and checks it as a proxy (checkProxies).
+func checkH1Handler(t *testing.T, handlerFor func(backend string) http.Handler) {
+	t.Helper()
 	ba := echoBackend(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &h1.Server{Handler: h1Pass(ba.String())}
+	s := &h1.Server{Handler: handlerFor(ba.String())}
 	go func() { _ = s.Serve(ln) }()
 	defer s.Close()
 	checkProxies(t, "http://"+ln.Addr().String())
