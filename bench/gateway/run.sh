@@ -35,6 +35,8 @@
 #                     to run where the one-at-a-time modes' does not; the
 #                     run fails (exit 1, after every table) if the median
 #                     ratio to HAProxy is over issue 19's limit of 1.5x
+#                     paired-get: paired, with GET /api/tags instead of
+#                     the POST (issue 19 asks for both)
 #   PACE_MS=4         the pause of paced
 #   PROMPT_BYTES=0    the POSTs' prompt, in bytes (post, paced, paired):
 #                     0 is one short sentence (a 118-byte body); an LLM
@@ -441,16 +443,21 @@ median() { # numbers as arguments
 	printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
 
-# wrk_pair PEER DURATION OUTGW OUTPEER: the gateway and PEER under POSTs at
-# the same time, each by a wrk with half the threads and connections; the
-# CPU of each over the same span is appended to its output.
+# wrk_pair PEER DURATION OUTGW OUTPEER: the gateway and PEER under POSTs
+# (GETs when pair_get is 1) at the same time, each by a wrk with half the
+# threads and connections; the CPU of each over the same span is appended
+# to its output.
+pair_get=0
 wrk_pair() {
-	local t c g0 g1 p0 p1 wg wp
+	local t c g0 g1 p0 p1 wg wp path=/api/chat script=(-s "$tmp/post.lua")
+	if ((pair_get)); then
+		path=/api/tags script=()
+	fi
 	t=$(((THREADS + 1) / 2)) c=$(((CONNECTIONS + 1) / 2))
 	g0=$(cpu_ticks "$gateway_pid") p0=$(cpu_ticks "${tpid[$1]}")
-	wrk -t"$t" -c"$c" -d"$2" --latency -s "$tmp/post.lua" "http://127.0.0.1:$gateway_port/api/chat" >"$3" 2>&1 &
+	wrk -t"$t" -c"$c" -d"$2" --latency "${script[@]}" "http://127.0.0.1:$gateway_port$path" >"$3" 2>&1 &
 	wg=$!
-	wrk -t"$t" -c"$c" -d"$2" --latency -s "$tmp/post.lua" "http://127.0.0.1:${port[$1]}/api/chat" >"$4" 2>&1 &
+	wrk -t"$t" -c"$c" -d"$2" --latency "${script[@]}" "http://127.0.0.1:${port[$1]}$path" >"$4" 2>&1 &
 	wp=$!
 	wait "$wg" "$wp"
 	g1=$(cpu_ticks "$gateway_pid") p1=$(cpu_ticks "${tpid[$1]}")
@@ -458,23 +465,27 @@ wrk_pair() {
 	echo "cpu_ticks: $((p1 - p0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
 }
 
-# paired_mode: MODES=paired (see the top of this file). It sets
-# paired_failed when the gateway is over the limit.
+# paired_mode: MODES=paired, or paired-get with pair_get set (see the top
+# of this file). It sets paired_failed when the gateway is over the limit.
 paired_failed=0
 paired_mode() {
 	local peer run f g p rg cg rp cp ratios cg_all cp_all rr_all e
 	echo
-	echo "### POST /api/chat with a ${#post_body}-byte JSON body, the gateway and a peer loaded at the same time (wrk -t$(((THREADS + 1) / 2)) -c$(((CONNECTIONS + 1) / 2)) on each)"
+	local what="POST /api/chat with a ${#post_body}-byte JSON body" tag=paired
+	if ((pair_get)); then
+		what="GET /api/tags (no request body)" tag=paired-get
+	fi
+	echo "### $what, the gateway and a peer loaded at the same time (wrk -t$(((THREADS + 1) / 2)) -c$(((CONNECTIONS + 1) / 2)) on each)"
 	echo
 	echo "| peer | gateway CPU per request | peer CPU per request | gateway / peer, median (worst run) | gateway's req/s / peer's, median |"
 	echo "|---|---:|---:|---:|---:|"
 	for peer in "${peers[@]}"; do
-		log "mode paired: warming up with $peer"
-		wrk_pair "$peer" "$WARMUP" "$results/paired-$peer-gw-warmup.txt" "$results/paired-$peer-warmup.txt"
+		log "mode $tag: warming up with $peer"
+		wrk_pair "$peer" "$WARMUP" "$results/$tag-$peer-gw-warmup.txt" "$results/$tag-$peer-warmup.txt"
 		ratios="" cg_all="" cp_all="" rr_all="" e=0
 		for run in $(seq 1 "$RUNS"); do
-			log "mode paired: run $run/$RUNS: gateway with $peer"
-			g="$results/paired-$peer-gw-run$run.txt" p="$results/paired-$peer-run$run.txt"
+			log "mode $tag: run $run/$RUNS: gateway with $peer"
+			g="$results/$tag-$peer-gw-run$run.txt" p="$results/$tag-$peer-run$run.txt"
 			wrk_pair "$peer" "$DURATION" "$g" "$p"
 			read -r rg _ _ f cg _ <<<"$(parse "$g")"
 			e=$((e + f))
@@ -491,10 +502,10 @@ paired_mode() {
 		echo "  per-run gateway / $peer CPU per request: $ratios"
 		# shellcheck disable=SC2086
 		if [[ $peer == haproxy ]] && awk -v r="$(median $ratios)" 'BEGIN {exit !(r > 1.5)}'; then
-			echo "FAIL: the gateway's CPU per request is $(median $ratios)x HAProxy's, over the limit of 1.5x (issue 19)"
+			echo "FAIL: $tag: the gateway's CPU per request is $(median $ratios)x HAProxy's, over the limit of 1.5x (issue 19)"
 			paired_failed=1
 		fi
-		((e == 0)) || echo "WARNING: $e non-2xx responses or socket errors in the runs with $peer (see $results/paired-$peer-*)"
+		((e == 0)) || echo "WARNING: $e non-2xx responses or socket errors in the runs with $peer (see $results/$tag-$peer-*)"
 	done
 }
 
@@ -516,11 +527,13 @@ for mode in $MODES; do
 	get) what="GET /api/tags (no request body)" ;;
 	post) what="POST /api/chat with a ${#post_body}-byte JSON body" ;;
 	paced) what="POST /api/chat with a ${#post_body}-byte JSON body, paced: $PACE_MS ms between a connection's answer and its next request" ;;
-	paired)
+	paired | paired-get)
+		pair_get=0
+		[[ $mode == paired-get ]] && pair_get=1
 		paired_mode
 		continue
 		;;
-	*) echo "run.sh: unknown mode $mode in MODES (want get, post, paced, paired)" >&2; exit 1 ;;
+	*) echo "run.sh: unknown mode $mode in MODES (want get, post, paced, paired, paired-get)" >&2; exit 1 ;;
 	esac
 	log "mode $mode: warming up"
 	for t in "${targets[@]}"; do
