@@ -302,21 +302,18 @@ if [[ -n ${base_pid:-} ]]; then
 fi
 clk_tck=$(getconf CLK_TCK)
 
-# cpu_ticks PID [sys]: user+system CPU time, in clock ticks, of PID and its
-# children (all their threads); with sys, the system time alone.
+# cpu_ticks PID: "TOTAL SYSTEM", the user+system CPU time and the system
+# time alone, in clock ticks, of PID and its children (all their threads),
+# from one reading of each.
 cpu_ticks() {
-	local p f total=0
+	local p f total=0 sys=0
 	local -a fields
 	for p in "$1" $(pgrep -P "$1" || true); do
 		f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
 		read -r -a fields <<<"${f##*) }" # fields[0] is field 3 (state)
-		if [[ ${2:-} == sys ]]; then
-			total=$((total + fields[12]))
-		else
-			total=$((total + fields[11] + fields[12]))
-		fi
+		total=$((total + fields[11] + fields[12])) sys=$((sys + fields[12]))
 	done
-	echo "$total"
+	echo "$total $sys"
 }
 declare -A label=(
 	[backend]="baseline: wrk → backend (no proxy)"
@@ -389,9 +386,13 @@ wrk_run() {
 		;;
 	esac
 	local c0 c1 s0 s1 b0 b1 m0 m1 TIMEFORMAT='%U %S'
-	c0=$(cpu_ticks "${tpid[$1]}") s0=$(cpu_ticks "${tpid[$1]}" sys) b0=$(cpu_ticks "$backend_pid") m0=$(machine_ticks)
+	read -r c0 s0 <<<"$(cpu_ticks "${tpid[$1]}")"
+	read -r b0 _ <<<"$(cpu_ticks "$backend_pid")"
+	m0=$(machine_ticks)
 	{ time wrk -t"$THREADS" -c"$CONNECTIONS" -d"$3" --latency "${script[@]}" "$url" >"$4" 2>&1; } 2>"$4.time"
-	c1=$(cpu_ticks "${tpid[$1]}") s1=$(cpu_ticks "${tpid[$1]}" sys) b1=$(cpu_ticks "$backend_pid") m1=$(machine_ticks)
+	read -r c1 s1 <<<"$(cpu_ticks "${tpid[$1]}")"
+	read -r b1 _ <<<"$(cpu_ticks "$backend_pid")"
+	m1=$(machine_ticks)
 	echo "cpu_ticks: $((c1 - c0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
 	echo "sys_ticks: $((s1 - s0))" >>"$4"
 	# The baseline's backend is its target: its CPU is cpu_ticks already.
@@ -454,13 +455,15 @@ wrk_pair() {
 		path=/api/tags script=()
 	fi
 	t=$(((THREADS + 1) / 2)) c=$(((CONNECTIONS + 1) / 2))
-	g0=$(cpu_ticks "$gateway_pid") p0=$(cpu_ticks "${tpid[$1]}")
+	read -r g0 _ <<<"$(cpu_ticks "$gateway_pid")"
+	read -r p0 _ <<<"$(cpu_ticks "${tpid[$1]}")"
 	wrk -t"$t" -c"$c" -d"$2" --latency "${script[@]}" "http://127.0.0.1:$gateway_port$path" >"$3" 2>&1 &
 	wg=$!
 	wrk -t"$t" -c"$c" -d"$2" --latency "${script[@]}" "http://127.0.0.1:${port[$1]}$path" >"$4" 2>&1 &
 	wp=$!
 	wait "$wg" "$wp"
-	g1=$(cpu_ticks "$gateway_pid") p1=$(cpu_ticks "${tpid[$1]}")
+	read -r g1 _ <<<"$(cpu_ticks "$gateway_pid")"
+	read -r p1 _ <<<"$(cpu_ticks "${tpid[$1]}")"
 	echo "cpu_ticks: $((g1 - g0)) (CLK_TCK $clk_tck, pid $gateway_pid and children: gateway)" >>"$3"
 	echo "cpu_ticks: $((p1 - p0)) (CLK_TCK $clk_tck, pid ${tpid[$1]} and children: $1)" >>"$4"
 }

@@ -7,8 +7,8 @@ package main
 // route); one request, URL and body reader serve every request of a
 // handler's state; the header goes out through an h1.Outbound that drops
 // the hop-by-hop fields; the answer's fields are passed on as they came
-// (h1.Options.PassHeads, h1.PassFields) and its body copied through a
-// kept buffer. Beside -engine h1server (the same server, a hand-written
+// (h1.Options.PassHeads, h1.PassFields) and its body copied by the
+// server's ReadFrom. Beside -engine h1server (the same server, a hand-written
 // client) it tells what the h1 client costs as the gateway uses it; beside
 // the gateway, what the gateway's own work costs. -engine h1's handler,
 // written as a plain net/http proxy (a new request and a URL parsed per
@@ -29,9 +29,8 @@ import (
 type passState struct {
 	out  http.Request
 	url  url.URL
-	body []byte
+	body bytes.Buffer // keeps its array between requests
 	rd   replayBody
-	copy []byte
 }
 
 // replayBody reads a request body kept in memory.
@@ -56,16 +55,18 @@ func (hopByHop) ExtraFields() h1.Fields { return nil }
 // h1Pass is the handler of -engine h1pass.
 func h1Pass(backend string) http.Handler {
 	cl := h1.New(h1.Options{PassHeads: true})
-	pool := sync.Pool{New: func() any { return &passState{copy: make([]byte, 32<<10)} }}
+	pool := sync.Pool{New: func() any { return new(passState) }}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := pool.Get().(*passState)
 		defer pool.Put(st)
-		body, err := readBody(st.body[:0], r.Body)
-		st.body = body
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+		st.body.Reset()
+		if r.Body != nil {
+			if _, err := st.body.ReadFrom(r.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
 		}
+		body := st.body.Bytes()
 		st.url = url.URL{Scheme: "http", Host: backend, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 		st.out = http.Request{
 			Method: r.Method, URL: &st.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -86,26 +87,6 @@ func h1Pass(backend string) http.Handler {
 			h1.PassFields(w, f)
 		}
 		w.WriteHeader(resp.StatusCode)
-		_, _ = io.CopyBuffer(w, resp.Body, st.copy)
+		_, _ = io.Copy(w, resp.Body)
 	})
-}
-
-// readBody appends all of r (nil: nothing) to b.
-func readBody(b []byte, r io.Reader) ([]byte, error) {
-	if r == nil || r == http.NoBody {
-		return b, nil
-	}
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -93,24 +92,4 @@ func checkH1Handler(t *testing.T, handlerFor func(backend string) http.Handler) 
 	go func() { _ = s.Serve(ln) }()
 	defer s.Close()
 	checkProxies(t, "http://"+ln.Addr().String())
-}
-
-// TestReadBody reads bodies of several sizes into a kept buffer.
-func TestReadBody(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		r    io.Reader
-		want string
-	}{
-		{"nil", nil, ""},
-		{"NoBody", http.NoBody, ""},
-		{"empty", bytes.NewReader(nil), ""},
-		{"short", bytes.NewReader([]byte("abc")), "abc"},
-		{"long", bytes.NewReader(bytes.Repeat([]byte("y"), 70000)), strings.Repeat("y", 70000)},
-	} {
-		got, err := readBody(make([]byte, 0, 8), tc.r)
-		if err != nil || string(got) != tc.want {
-			t.Errorf("%s: got %d bytes, %v; want %d bytes", tc.name, len(got), err, len(tc.want))
-		}
-	}
 }
