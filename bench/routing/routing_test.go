@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tidegpu/tidegpu/bench/internal/peer"
+	"github.com/tidegpu/tidegpu/bench/internal/stall"
 
 	"github.com/tidegpu/tidegpu/internal/gateway"
 	loadmetrics "github.com/tidegpu/tidegpu/internal/metrics"
@@ -33,6 +34,25 @@ const (
 	// requestTimeout bounds one request; round-robin's queue on the slow
 	// backend stays far below it.
 	requestTimeout = 2 * time.Minute
+)
+
+// A row a goal reads is measured again, up to stallAttempts times in all,
+// when this process or its host stalled for more than stallLimit while it
+// ran (bench/internal/stall, waking every stallPeriod). Everything here —
+// simulators, gateway, load generator — is one process: a pause of it
+// holds every backend's first token and then releases every arrival due
+// meanwhile at once, a pile-up of the machine's that no balancer avoids.
+// Paused for 1.2 s every 7 s (SIGSTOP from outside), p2c, the default and
+// HAProxy all put their TTFT p99 at 2.2-3.3 s; once in CI the default's
+// row alone was measured through one (TTFT p99 2.2 s, the others' 0.12 s)
+// and failed. Unpaused, this machine's worst wake-up is late by tens of
+// milliseconds; the limit is well above that and well below a pile-up.
+// The stall each row was measured through is in the table; the last
+// attempt is judged whatever its stall.
+const (
+	stallPeriod   = 10 * time.Millisecond
+	stallLimit    = 250 * time.Millisecond
+	stallAttempts = 3
 )
 
 // secondsEnv overrides the measured seconds per balancer (default 20);
@@ -204,8 +224,8 @@ func TestRoutingQuality(t *testing.T) {
 		}},
 	}
 	var table strings.Builder
-	table.WriteString("| load | balancer | requests | errors | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | to the slow backend |\n")
-	table.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	table.WriteString("| load | balancer | requests | errors | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | to the slow backend | longest stall |\n")
+	table.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var goals []string
 	for _, run := range runs {
 		rate := run.load * capacity
@@ -222,21 +242,35 @@ func TestRoutingQuality(t *testing.T) {
 		}
 		rows := map[string]row{}
 		for _, b := range balancers {
-			url, atWarmup, stop := b.start(t, addrs)
-			if url == "" {
-				continue // not available here; start said why
-			}
 			arr, label := arrivals, b.name
 			if smoke && !goalRow(b.name, run.load) {
 				arr, label = short, fmt.Sprintf("%s (%v measured, no goal)", b.name, smokeMeasured)
 			}
-			res := drive(url, arr, atWarmup)
-			stop()
-			r := summarize(b.name, arr, res)
+			var r row
+			var stalled time.Duration
+			for attempt := 1; ; attempt++ {
+				url, atWarmup, stop := b.start(t, addrs)
+				if url == "" {
+					break // not available here; start said why
+				}
+				watch := stall.Start(stallPeriod)
+				res := drive(url, arr, atWarmup)
+				stalled = watch.Stop()
+				stop()
+				r = summarize(b.name, arr, res)
+				if stalled <= stallLimit || attempt == stallAttempts || !goalRow(b.name, run.load) {
+					break
+				}
+				t.Logf("%.0f%% %s: the process or host stalled for %v while it ran (limit %v): measuring it again",
+					run.load*100, b.name, stalled.Round(time.Millisecond), stallLimit)
+			}
+			if r.name == "" {
+				continue
+			}
 			rows[b.name] = r
-			t.Logf("%.0f%% %-32s done: %d requests, %d errors", run.load*100, label, r.n, r.errs)
-			fmt.Fprintf(&table, "| %.0f %% | %s | %d | %d | %s | %s | %s | %s | %.1f %% |\n",
-				run.load*100, label, r.n, r.errs, Millis(r.ttft50), Millis(r.ttft99), Millis(r.e2e50), Millis(r.e2e99), 100*r.slowShare)
+			t.Logf("%.0f%% %-32s done: %d requests, %d errors, longest stall %v", run.load*100, label, r.n, r.errs, stalled.Round(time.Millisecond))
+			fmt.Fprintf(&table, "| %.0f %% | %s | %d | %d | %s | %s | %s | %s | %.1f %% | %s |\n",
+				run.load*100, label, r.n, r.errs, Millis(r.ttft50), Millis(r.ttft99), Millis(r.e2e50), Millis(r.e2e99), 100*r.slowShare, Millis(stalled))
 			if r.errs > 0 {
 				t.Errorf("%.0f%% %s: %d failed requests", run.load*100, r.name, r.errs)
 			}
