@@ -78,7 +78,10 @@ func rawBackend(t *testing.T, reply []byte) string {
 // product runs them (no probes, no metrics reads): the exchange comes from
 // a pool and goes back to it, the server reuses its request objects per
 // connection, and the client writes from a pooled buffer. Session 15
-// measured 8 objects (0.89 KB) per request; a change that adds to them
+// measured 8 objects (0.89 KB) per request, session 23 6; since session 24
+// the backend's answer (its Response, Body and passed fields) is one
+// object (h1's respHold), and 4 are left: that, the head's text, the
+// attempt's context and the head's line ends. A change that adds to them
 // (an exchange no longer pooled is 1.3 KB, one object more) fails here.
 // The client and the backend are raw sockets that allocate nothing, so the
 // count is the gateway's alone.
@@ -86,7 +89,7 @@ func TestGatewayAllocationsPerRequest(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items: allocations are not the program's")
 	}
-	const maxAllocs = 6
+	const maxAllocs = 4
 	do := shortRequests(t, `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false}`)
 	allocs := testing.AllocsPerRun(500, do)
 	t.Logf("%.2f allocations per request", allocs)

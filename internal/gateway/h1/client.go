@@ -163,23 +163,24 @@ func (cl *Client) exchange(ctx context.Context, c *conn, req *http.Request, wire
 	if err := c.writeThenRead(wire, cl.headerTimeout); err != nil {
 		return nil, cl.headerErr(err) // a failed write's error passes as it is
 	}
-	var resp *http.Response
-	var fields Fields
+	var hold *respHold
 	for {
 		var err error
-		resp, fields, err = readResponseHead(c, req, cl.passHeads)
+		hold, err = readResponseHead(c, req, cl.passHeads)
 		if err != nil {
 			return nil, cl.headerErr(err)
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+		if code := hold.resp.StatusCode; code >= 200 || code == http.StatusSwitchingProtocols {
 			break
 		}
 		// 1xx informational answers precede the real one.
 	}
+	resp := &hold.resp
 	if cl.headerTimeout > 0 {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	b := &Body{c: c, cl: cl, resp: resp, fields: fields}
+	b := &hold.body
+	*b = Body{c: c, cl: cl, resp: resp, fields: hold.fields}
 	b.reuse = !resp.Close && !req.Close
 	switch {
 	case req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||

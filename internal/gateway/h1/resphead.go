@@ -24,22 +24,22 @@ func badResp(msg string) error { return &respError{msg} }
 
 // readResponseHead reads one response head from c's buffer, reading more
 // as needed, and hands its bytes on. The response has no Body.
-func readResponseHead(c *conn, req *http.Request, pass bool) (*http.Response, Fields, error) {
+func readResponseHead(c *conn, req *http.Request, pass bool) (*respHold, error) {
 	from := 0 // where the line not yet scanned for the head's end starts
 	for {
 		buf := c.buffered()
 		n, next := scanHead(buf, from)
 		if n >= 0 {
-			resp, f, err := parseResponseHead(buf[:n], req, pass)
+			hold, err := parseResponseHead(buf[:n], req, pass)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			c.consume(n)
-			return resp, f, nil
+			return hold, nil
 		}
 		from = next
 		if len(buf) >= maxResponseHead {
-			return nil, nil, errResponseHeadTooLarge
+			return nil, errResponseHeadTooLarge
 		}
 		if c.raw != nil && len(buf) == len(*c.raw) {
 			// The buffer is full of an unfinished head: a larger one.
@@ -49,7 +49,7 @@ func readResponseHead(c *conn, req *http.Request, pass bool) (*http.Response, Fi
 			c.raw, c.r, c.w = &nb, 0, m
 		}
 		if err := c.readMore(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 }
@@ -70,6 +70,17 @@ func scanHead(b []byte, from int) (int, int) {
 	}
 }
 
+// respHold is what one response head makes, in one allocation: the
+// Response, its Body (set by the client), and room for the fields of a
+// typical head passed on (Options.PassHeads). A short answer made three
+// allocations of these before.
+type respHold struct {
+	resp     http.Response
+	body     Body
+	fields   Fields // passed on: the head's fields, in fieldArr if they fit
+	fieldArr [8]Field
+}
+
 // parseResponseHead parses a whole response head b (as scanHead found it:
 // lines ending in CRLF or a bare LF, the last one empty). It rewrites the
 // header names in b in place. The response's header values are slices of
@@ -84,7 +95,7 @@ func scanHead(b []byte, from int) (int, int) {
 // response nor one other than a single chunked, no Transfer-Encoding with
 // a Content-Length, no differing Content-Lengths, nor one that is not
 // digits.
-func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, Fields, error) {
+func parseResponseHead(b []byte, req *http.Request, pass bool) (*respHold, error) {
 	// Line ends (the index of each LF), and the header names canonicalised
 	// in place, so that the one string made below holds them in their final
 	// form.
@@ -93,7 +104,7 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 	for start := 0; ; {
 		i := bytes.IndexByte(b[start:], '\n')
 		if i < 0 {
-			return nil, nil, badResp("unterminated response head")
+			return nil, badResp("unterminated response head")
 		}
 		end := start + i
 		line := b[start:end]
@@ -107,12 +118,12 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 			colon := bytes.IndexByte(line, ':')
 			if colon <= 0 {
 				if line[0] == ' ' || line[0] == '\t' {
-					return nil, nil, badResp("folded header line (obs-fold) in response")
+					return nil, badResp("folded header line (obs-fold) in response")
 				}
-				return nil, nil, badResp("malformed response header line " + quote(line))
+				return nil, badResp("malformed response header line " + quote(line))
 			}
 			if !validFieldName(line[:colon]) {
-				return nil, nil, badResp("invalid response header name " + quote(line[:colon]))
+				return nil, badResp("invalid response header name " + quote(line[:colon]))
 			}
 			canonicalize(line[:colon])
 		}
@@ -120,7 +131,7 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 		start = end + 1
 	}
 	if len(ends) == 0 {
-		return nil, nil, badResp("malformed HTTP response: empty status line")
+		return nil, badResp("malformed HTTP response: empty status line")
 	}
 	s := string(b)
 
@@ -128,26 +139,27 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 	status := lineAt(s, 0, ends[0])
 	for i := 0; i < len(status); i++ {
 		if c := status[i]; c < ' ' || c == 0x7f {
-			return nil, nil, badResp("control character in status line " + strconv.Quote(status))
+			return nil, badResp("control character in status line " + strconv.Quote(status))
 		}
 	}
 	proto, rest, ok := strings.Cut(status, " ")
 	if !ok {
-		return nil, nil, badResp("malformed HTTP response " + strconv.Quote(status))
+		return nil, badResp("malformed HTTP response " + strconv.Quote(status))
 	}
-	resp := &http.Response{Request: req, ProtoMajor: 1}
+	hold := &respHold{resp: http.Response{Request: req, ProtoMajor: 1}}
+	resp := &hold.resp
 	switch proto {
 	case "HTTP/1.1":
 		resp.Proto, resp.ProtoMinor = "HTTP/1.1", 1
 	case "HTTP/1.0":
 		resp.Proto, resp.ProtoMinor = "HTTP/1.0", 0
 	default:
-		return nil, nil, badResp("unsupported HTTP version " + strconv.Quote(proto))
+		return nil, badResp("unsupported HTTP version " + strconv.Quote(proto))
 	}
 	resp.Status = strings.TrimLeft(rest, " ")
 	code, _, _ := strings.Cut(resp.Status, " ")
 	if len(code) != 3 || code[0] < '1' || code[0] > '9' || code[1] < '0' || code[1] > '9' || code[2] < '0' || code[2] > '9' {
-		return nil, nil, badResp("malformed HTTP status code " + strconv.Quote(code))
+		return nil, badResp("malformed HTTP status code " + strconv.Quote(code))
 	}
 	resp.StatusCode = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
 
@@ -162,13 +174,16 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 	)
 	start := ends[0] + 1
 	if pass {
-		fields = make(Fields, 0, n)
+		fields = hold.fieldArr[:0]
+		if n > len(hold.fieldArr) {
+			fields = make(Fields, 0, n)
+		}
 		for _, end := range ends[1:] {
 			line := lineAt(s, start, end)
 			start = end + 1
 			key, v, ok := splitField(line)
 			if !ok {
-				return nil, nil, badResp("invalid value of response header " + key)
+				return nil, badResp("invalid value of response header " + key)
 			}
 			fields = append(fields, Field{Name: key, Value: v})
 			fr.add(key, v)
@@ -180,7 +195,7 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 			line := lineAt(s, start, end)
 			start = end + 1
 			if key, ok := addField(h, vals, i, line); !ok {
-				return nil, nil, badResp("invalid value of response header " + key)
+				return nil, badResp("invalid value of response header " + key)
 			}
 		}
 		resp.Header = h
@@ -209,11 +224,11 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 	if fr.te > 0 {
 		switch {
 		case resp.ProtoMinor == 0:
-			return nil, nil, badResp("Transfer-Encoding in an HTTP/1.0 response")
+			return nil, badResp("Transfer-Encoding in an HTTP/1.0 response")
 		case fr.cl > 0:
-			return nil, nil, badResp("both Transfer-Encoding and Content-Length in response")
+			return nil, badResp("both Transfer-Encoding and Content-Length in response")
 		case fr.te != 1 || !strings.EqualFold(fr.te0, "chunked"):
-			return nil, nil, badResp("unsupported transfer encoding " + strconv.Quote(fr.teAll))
+			return nil, badResp("unsupported transfer encoding " + strconv.Quote(fr.teAll))
 		}
 		if h != nil {
 			delete(h, "Transfer-Encoding")
@@ -224,14 +239,14 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 	length := int64(-1)
 	if fr.cl > 0 {
 		if fr.clDiffer {
-			return nil, nil, badResp("differing Content-Length headers in response")
+			return nil, badResp("differing Content-Length headers in response")
 		}
 		if cl := h["Content-Length"]; len(cl) > 1 {
 			h["Content-Length"] = cl[:1:1]
 		}
 		var ok bool
 		if length, ok = parseLength(fr.cl0); !ok {
-			return nil, nil, badResp("invalid Content-Length " + strconv.Quote(fr.cl0))
+			return nil, badResp("invalid Content-Length " + strconv.Quote(fr.cl0))
 		}
 	}
 
@@ -268,7 +283,7 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 				k = http.CanonicalHeaderKey(k)
 				switch k {
 				case "Transfer-Encoding", "Trailer", "Content-Length":
-					return nil, nil, badResp("bad trailer key " + strconv.Quote(k))
+					return nil, badResp("bad trailer key " + strconv.Quote(k))
 				}
 				resp.Trailer[k] = nil
 			}
@@ -277,7 +292,8 @@ func parseResponseHead(b []byte, req *http.Request, pass bool) (*http.Response, 
 			resp.Trailer = nil
 		}
 	}
-	return resp, fields, nil
+	hold.fields = fields
+	return hold, nil
 }
 
 // framingFields are what a response head's framing fields say, gathered

@@ -107,8 +107,8 @@ func TestParseResponseHead(t *testing.T) {
 			if req == nil {
 				req = get
 			}
-			resp, _, err := parseResponseHead([]byte(tc.in), req, false)
-			passed, fields, perr := parseResponseHead([]byte(tc.in), req, true)
+			resp, _, err := parseHead([]byte(tc.in), req, false)
+			passed, fields, perr := parseHead([]byte(tc.in), req, true)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want one about %q", err, tc.err)
@@ -151,7 +151,7 @@ func TestLongResponseHead(t *testing.T) {
 		}()
 		c := newConn(b, "pipe")
 		req, _ := http.NewRequest("GET", "http://x/", nil)
-		resp, _, err := readResponseHead(c, req, false)
+		resp, _, err := readHead(c, req, false)
 		if !tc.ok {
 			if !errors.Is(err, errResponseHeadTooLarge) {
 				t.Errorf("size %d: err = %v, want errResponseHeadTooLarge", tc.size, err)
@@ -239,8 +239,8 @@ func FuzzReadResponseHead(f *testing.F) {
 			return
 		}
 		head := bytes.Clone(data[:n])
-		ours, _, err := parseResponseHead(head, req, false)
-		passed, fields, perr := parseResponseHead(bytes.Clone(data[:n]), req, true)
+		ours, _, err := parseHead(head, req, false)
+		passed, fields, perr := parseHead(bytes.Clone(data[:n]), req, true)
 		if (err == nil) != (perr == nil) {
 			t.Fatalf("%q: with a header map err = %v, passing the fields err = %v", data[:n], err, perr)
 		}
@@ -299,4 +299,22 @@ func samePassed(t *testing.T, resp, passed *http.Response, fields Fields) {
 	if !reflect.DeepEqual(folded, mapped) {
 		t.Fatalf("passed fields %q, header map %q", folded, mapped)
 	}
+}
+
+// parseHead is parseResponseHead's results apart.
+func parseHead(b []byte, req *http.Request, pass bool) (*http.Response, Fields, error) {
+	h, err := parseResponseHead(b, req, pass)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &h.resp, h.fields, nil
+}
+
+// readHead is readResponseHead's results apart.
+func readHead(c *conn, req *http.Request, pass bool) (*http.Response, Fields, error) {
+	h, err := readResponseHead(c, req, pass)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &h.resp, h.fields, nil
 }
