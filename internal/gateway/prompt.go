@@ -38,10 +38,37 @@ const (
 //	/v1/completions                  prompt (a string, strings, or token ids as JSON)
 //	/v1/responses                    instructions, input (a string or items with role and content)
 func promptText(path string, body, dst []byte) (model string, text []byte, ok bool) {
-	if model, text, ok := promptTextPlain(path, body, dst); ok {
-		return model, text, true
+	model, text, _, ok = promptRead(path, body, dst)
+	return model, text, ok
+}
+
+// promptRead is promptText and the request's "stream" flag as streamFlag
+// reads it (found false: not a boolean, or absent), in one pass of the
+// body for the bodies promptTextPlain takes; other bodies are read again
+// for the flag. Pure.
+func promptRead(path string, body, dst []byte) (model string, text []byte, flag streamField, ok bool) {
+	if model, text, raw, ok := promptTextPlain(path, body, dst); ok {
+		return model, text, streamFieldOf(raw), true
 	}
-	return promptTextJSON(path, body, dst)
+	model, text, ok = promptTextJSON(path, body, dst)
+	v, found := streamFlag(body)
+	return model, text, streamField{v: v, found: found, known: true}, ok
+}
+
+// streamField is a request's top-level "stream" flag (streamFlag), and
+// whether it was read at all (known).
+type streamField struct{ v, found, known bool }
+
+// streamFieldOf is the flag of a raw "stream" value (nil: none), as
+// streamFlag reads it. Pure.
+func streamFieldOf(raw []byte) streamField {
+	switch string(raw) {
+	case "true":
+		return streamField{v: true, found: true, known: true}
+	case "false":
+		return streamField{found: true, known: true}
+	}
+	return streamField{known: true}
 }
 
 // promptTextJSON is promptText for every body, by encoding/json.

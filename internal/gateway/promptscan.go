@@ -15,15 +15,19 @@ import (
 // encoding/json; for every body it handles it returns what that parse
 // returns (FuzzPromptTextPlain checks this). Pure. The text goes into
 // dst's array if it has room for the whole body's (promptText).
-func promptTextPlain(path string, body, dst []byte) (model string, text []byte, handled bool) {
+//
+// stream is the raw value of the body's top-level "stream" member (the
+// last, as topLevelValue takes it; nil if there is none), so that the
+// gateway need not scan the body again for it (asksToStream).
+func promptTextPlain(path string, body, dst []byte) (model string, text, stream []byte, handled bool) {
 	chat := path == "/api/chat" || path == "/v1/chat/completions"
 	if !chat && path != "/api/generate" && path != "/v1/completions" {
-		return "", nil, false
+		return "", nil, nil, false
 	}
 	s := jsonScan{b: body}
 	s.ws()
 	if s.i == len(s.b) || s.b[s.i] != '{' {
-		return "", nil, false
+		return "", nil, nil, false
 	}
 	var (
 		seen                   [fieldCount]bool
@@ -32,6 +36,12 @@ func promptTextPlain(path string, body, dst []byte) (model string, text []byte, 
 		b                      = promptBuf{buf: promptRoom(dst, body)}
 	)
 	ok := s.object(func(key []byte) bool {
+		if string(key) == "stream" {
+			at := s.i
+			ok := s.value()
+			stream = s.b[at:s.i]
+			return ok
+		}
 		f := promptField(key)
 		switch {
 		case f == fieldOther:
@@ -76,7 +86,7 @@ func promptTextPlain(path string, body, dst []byte) (model string, text []byte, 
 	})
 	s.ws()
 	if !ok || s.i != len(s.b) {
-		return "", nil, false
+		return "", nil, nil, false
 	}
 	switch path {
 	case "/api/generate":
@@ -86,11 +96,11 @@ func promptTextPlain(path string, body, dst []byte) (model string, text []byte, 
 		}
 	case "/v1/completions":
 		if !hasPrompt {
-			return "", nil, false
+			return "", nil, nil, false
 		}
 		b.fieldBytes([]byte("prompt"), prompt)
 	}
-	return string(modelB), b.buf, true
+	return string(modelB), b.buf, stream, true
 }
 
 // The top-level fields promptText reads, as promptField tells them.

@@ -57,7 +57,7 @@ func TestPromptTextPlain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			model, text, handled := promptTextPlain(tt.path, []byte(tt.body), nil)
+			model, text, _, handled := promptTextPlain(tt.path, []byte(tt.body), nil)
 			if handled != tt.handled {
 				t.Fatalf("handled %v, want %v", handled, tt.handled)
 			}
@@ -108,6 +108,7 @@ func FuzzPromptTextPlain(f *testing.F) {
 		`{"model":"m","system":"S","prompt":"P"}`,
 		`{"model":"m","prompt":"P","messages":[]}`,
 		`{"Model":"m"}`, `{"model":"a","model":"b"}`, `{"messages":[{"role":"u","content":"\u00e9"}]}`,
+		`{"model":"m","prompt":"P","stream":true,"stream":false}`, `{"prompt":"P","stream":"yes"}`, `{"prompt":"P","Stream":true}`,
 	} {
 		for _, p := range []string{"/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions"} {
 			f.Add(p, []byte(s))
@@ -118,9 +119,13 @@ func FuzzPromptTextPlain(f *testing.F) {
 		// enough to be used), as the gateway calls it: nothing of its old
 		// bytes may show.
 		dirty := bytes.Repeat([]byte{0xff}, len(body)+8)
-		model, text, handled := promptTextPlain(path, body, dirty)
+		model, text, stream, handled := promptTextPlain(path, body, dirty)
 		if !handled {
 			return
+		}
+		// The stream flag it read is the one asksToStream reads.
+		if v, found := streamFlag(body); streamFieldOf(stream) != (streamField{v: v, found: found, known: true}) {
+			t.Fatalf("%s %q: stream value %q, streamFlag %v %v", path, body, stream, v, found)
 		}
 		if !json.Valid(body) {
 			t.Fatalf("took invalid JSON %q", body)

@@ -76,6 +76,9 @@ type exchange struct {
 	prefix     []uint64
 	prefixDone bool
 	prefixPick prefixPick // what the prefix-aware policy expected of the last pick
+	// stream: the body's "stream" flag, if it was read with the prompt
+	// (readPrompt).
+	stream streamField
 	// stripUsage: the gateway asked the backend for the stream's usage,
 	// which goes to Options.OnUsage instead of the client.
 	stripUsage bool
@@ -144,7 +147,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// on another goroutine, so that serve's frames never grow this one's
 	// stack, under which the stream waits for tokens (see serveApart).
 	ok := false
-	if asksToStream(e.path, e.body) {
+	if e.asksToStream() {
 		ok = e.serveApart()
 	} else {
 		// An answer that does not stream is over soon: served in place,
@@ -195,10 +198,24 @@ func (e *exchange) serveHere() bool {
 // until a collection) or two hand-overs (an answer served apart).
 func asksToStream(path string, body []byte) bool {
 	v, found := streamFlag(body)
+	return asksWith(path, streamField{v: v, found: found, known: true})
+}
+
+// asksWith is asksToStream on a flag already read. Pure.
+func asksWith(path string, f streamField) bool {
 	if path == "/api/chat" || path == "/api/generate" {
-		return !found || v
+		return !f.found || f.v
 	}
-	return found && v
+	return f.found && f.v
+}
+
+// asksToStream is asksToStream of e's request, on the flag read with its
+// prompt (readPrompt) if it was.
+func (e *exchange) asksToStream() bool {
+	if e.stream.known {
+		return asksWith(e.path, e.stream)
+	}
+	return asksToStream(e.path, e.body)
 }
 
 // streamFlag returns the request's top-level "stream" field, if it is a
@@ -319,7 +336,31 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	if g.table.Load().modelAware || g.splits.Load() != nil || g.loadedSeen.Load() {
 		e.model, e.hasModel = requestModel(body)
 	}
+	if g.prefix != nil {
+		// Now rather than at the pick: the same pass reads the stream
+		// flag, which decides how the request is served (ServeHTTP).
+		e.readPrompt()
+	}
 	return e
+}
+
+// readPrompt reads, once, the prompt's block hashes for the prefix-aware
+// policy (a POST's only) and, in the same pass, the body's stream flag.
+func (e *exchange) readPrompt() {
+	if e.prefixDone {
+		return
+	}
+	e.prefixDone = true
+	if e.r.Method != http.MethodPost {
+		return
+	}
+	tb := promptTexts.get()
+	model, text, flag, ok := promptRead(e.path, e.body, *tb)
+	if ok {
+		e.prefix = prefixHashes(model, text, e.g.prefix.blockBytes())
+	}
+	e.stream = flag
+	promptTexts.put(tb, text)
 }
 
 // readBody buffers the request body, up to MaxBodyBytes. It returns a
@@ -654,15 +695,7 @@ func (e *exchange) pick() *Upstream {
 		}
 		var u *Upstream
 		if g.prefix != nil {
-			if !e.prefixDone {
-				e.prefixDone = true
-				tb := promptTexts.get()
-				model, text, ok := promptText(e.path, e.body, *tb)
-				if ok && e.r.Method == http.MethodPost {
-					e.prefix = prefixHashes(model, text, g.prefix.blockBytes())
-				}
-				promptTexts.put(tb, text)
-			}
+			e.readPrompt()
 			u, e.prefixPick = g.prefix.pickPrompt(cands, e.prefix)
 		} else {
 			u = g.policy.Pick(cands, e.r)

@@ -28,9 +28,19 @@ func TestAsksToStream(t *testing.T) {
 		{"/generate_stream", `{"inputs":"x"}`, false},
 		{"/completion", `{"prompt":"x","stream":true}`, true},
 		{"/v1/chat/completions", `{"messages":[{"content":"\"stream\":true"}]}`, false}, // escaped inside a string: no key
+		{"/api/chat", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false}`, false},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`, true},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"\u00e9"}],"stream":true}`, true}, // an escape: encoding/json reads the prompt
+		{"/api/generate", `{"model":"m","prompt":"hi","stream":true,"stream":false}`, false},
+		{"/v1/responses", `{"model":"m","input":"hi","stream":true}`, true},
 	} {
 		if got := asksToStream(tc.path, []byte(tc.body)); got != tc.want {
 			t.Errorf("asksToStream(%q, %q) = %v, want %v", tc.path, tc.body, got, tc.want)
+		}
+		// The flag read with the prompt (readPrompt) says the same.
+		_, _, flag, _ := promptRead(tc.path, []byte(tc.body), nil)
+		if got := asksWith(tc.path, flag); !flag.known || got != tc.want {
+			t.Errorf("asksWith(%q, promptRead(%q)) = %v (known %v), want %v", tc.path, tc.body, got, flag.known, tc.want)
 		}
 	}
 }
