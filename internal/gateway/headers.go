@@ -228,8 +228,9 @@ func ownValues(h http.Header) {
 	}
 }
 
-// passable drops from f, in place, the hop-by-hop fields: isHopHeader's
-// and the names its Connection fields list.
+// passable drops from f, in place, the hop-by-hop fields (isHopHeader's
+// and the names its Connection fields list) and the backend's own
+// BackendHeader: the gateway's names the backend that answered.
 func passable(f h1.Fields) h1.Fields {
 	var conn []string
 	for _, x := range f {
@@ -238,6 +239,6 @@ func passable(f h1.Fields) h1.Fields {
 		}
 	}
 	return slices.DeleteFunc(f, func(x h1.Field) bool {
-		return isHopHeader(x.Name) || namedIn(conn, x.Name)
+		return isHopHeader(x.Name) || namedIn(conn, x.Name) || x.Name == BackendHeader
 	})
 }

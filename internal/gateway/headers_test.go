@@ -152,6 +152,7 @@ func TestPassable(t *testing.T) {
 		{"hop-by-hop", h1.Fields{{Name: "Keep-Alive", Value: "t"}, {Name: "X-A", Value: "1"}, {Name: "Transfer-Encoding", Value: "chunked"}, {Name: "Upgrade", Value: "h2c"}}, []string{"X-A"}},
 		{"named by Connection", h1.Fields{{Name: "Connection", Value: "x-secret, keep-alive"}, {Name: "X-Secret", Value: "s"}, {Name: "X-B", Value: "2"}}, []string{"X-B"}},
 		{"empty", h1.Fields{}, []string{}},
+		{"a backend's own backend header", h1.Fields{{Name: BackendHeader, Value: "inner"}, {Name: "X-C", Value: "3"}}, []string{"X-C"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			names := []string{}
@@ -233,5 +234,30 @@ func TestNamedIn(t *testing.T) {
 		if got := namedIn(c.conn, c.k); got != c.want {
 			t.Errorf("namedIn(%q, %q) = %v, want %v", c.conn, c.k, got, c.want)
 		}
+	}
+}
+
+// TestBackendHeaderIsTheGateways: the answer names the backend that
+// answered, once, also when that backend sent the header itself (a gateway
+// behind a gateway), and whether the server passes the answer's fields on
+// without a header map (h1) or copies them into one (net/http).
+func TestBackendHeaderIsTheGateways(t *testing.T) {
+	for _, engine := range []string{"h1", "nethttp"} {
+		t.Run(engine, func(t *testing.T) {
+			inner := newBackend(t, "outer", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set(BackendHeader, "inner")
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{}`)
+			})
+			h := newHarnessOn(t, Options{}, engine)
+			h.g.SetBackends("p", []Backend{inner.backend("p")})
+			resp, _ := h.do(t, http.MethodPost, "/api/chat", `{"model":"m","stream":false}`)
+			if got := resp.Header.Values(BackendHeader); len(got) != 1 || got[0] != "outer" {
+				t.Fatalf("%s = %q, want [outer]", BackendHeader, got)
+			}
+			if got := resp.Header.Get("Content-Type"); got != "application/json" {
+				t.Fatalf("Content-Type = %q", got)
+			}
+		})
 	}
 }

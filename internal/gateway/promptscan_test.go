@@ -139,3 +139,17 @@ func FuzzPromptTextPlain(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkPromptRead is the prompt's scan of the short chat POST that
+// bench/gateway/run.sh sends (118 bytes), per request.
+func BenchmarkPromptRead(b *testing.B) {
+	body := []byte(`{"model":"qwen2:0.5b","messages":[{"role":"user","content":"Write one short sentence about the sea."}],"stream":false}`)
+	dst := make([]byte, 0, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, text, _, ok := promptRead("/api/chat", body, dst)
+		if !ok || len(text) == 0 {
+			b.Fatal("no prompt")
+		}
+	}
+}

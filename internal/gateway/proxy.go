@@ -1154,13 +1154,17 @@ func (e *exchange) failKeptBackend(resp *http.Response) {
 func (e *exchange) writeHead(a *attempt, stream bool) (*directStream, int) {
 	g, u, resp := e.g, a.u, a.resp
 	h := e.w.Header()
+	idPassed := false
 	if fields, ok := h1.PassedFields(resp); ok {
 		// Passed on as they came but for the hop-by-hop fields, without a
 		// header map, when the writer is the h1 server's and the gateway's
-		// CORS policy does not rewrite them; else into the header.
+		// CORS policy does not rewrite them; else into the header. The
+		// backend's ID goes with them (in the room the answer's fields
+		// have), so that a short answer's header map stays empty and the
+		// server writes the head without a lookup in it.
 		fields = passable(fields)
-		if g.cors == nil && h1.PassFields(e.w, fields) {
-			fields = nil
+		if g.cors == nil && h1.PassFields(e.w, append(fields, h1.Field{Name: BackendHeader, Value: u.id})) {
+			fields, idPassed = nil, true
 		}
 		for _, f := range fields {
 			// A CORS policy's headers are the gateway's, not the backend's.
@@ -1185,7 +1189,9 @@ func (e *exchange) writeHead(a *attempt, stream bool) (*directStream, int) {
 			h[k] = vv
 		}
 	}
-	h[BackendHeader] = u.idHeader
+	if !idPassed {
+		h[BackendHeader] = u.idHeader
+	}
 	if n := len(resp.Trailer); n > 0 {
 		keys := make([]string, 0, n)
 		for k := range resp.Trailer {

@@ -103,30 +103,25 @@ func (w *response) WriteHeader(code int) {
 	w.status = code
 	h := w.header
 	w.length = -1
-	if v := h["Content-Length"]; len(v) > 0 {
-		if n, ok := parseLength(strings.TrimSpace(v[0])); ok {
-			w.length = n
-		}
-	}
-	_, w.hasType = h["Content-Type"]
-	_, w.hasDate = h["Date"]
-	for _, v := range h["Trailer"] {
-		for _, k := range strings.Split(v, ",") {
-			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" {
-				w.trailers = append(w.trailers, k)
-			}
-		}
-	}
-	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
-		w.closeAfter = true
+	// A proxy that passes every field on (PassFields) leaves the header
+	// empty: nothing to look up in it.
+	inHeader := len(h) > 0
+	if inHeader {
+		w.readHeader(h)
 	}
 	hb := getBuf()
 	b := appendStatusLine((*hb)[:0], w.req.ProtoMinor, code)
-	b = appendFields(b, h)
+	if inHeader {
+		b = appendFields(b, h)
+	}
 	// The passed fields (PassFields) that the header does not set, but for
 	// those the server frames itself; they count as the header's would.
 	for _, x := range w.pass {
-		if _, set := h[x.Name]; set || framing(x.Name) {
+		set := false
+		if inHeader {
+			_, set = h[x.Name]
+		}
+		if set || framing(x.Name) {
 			if n, ok := parseLength(x.Value); ok && !set && x.Name == "Content-Length" && w.length < 0 {
 				w.length = n
 			}
@@ -145,6 +140,28 @@ func (w *response) WriteHeader(code int) {
 	}
 	*hb = b
 	w.head = hb
+}
+
+// readHeader notes what the header says of the answer's framing: its
+// length, type, date, trailers and Connection: close.
+func (w *response) readHeader(h http.Header) {
+	if v := h["Content-Length"]; len(v) > 0 {
+		if n, ok := parseLength(strings.TrimSpace(v[0])); ok {
+			w.length = n
+		}
+	}
+	_, w.hasType = h["Content-Type"]
+	_, w.hasDate = h["Date"]
+	for _, v := range h["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" {
+				w.trailers = append(w.trailers, k)
+			}
+		}
+	}
+	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+		w.closeAfter = true
+	}
 }
 
 // writeInformational sends a 1xx answer at once (103 Early Hints with the
