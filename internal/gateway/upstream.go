@@ -275,6 +275,11 @@ func (u *Upstream) observeOutcome(failed bool) {
 	}
 	for {
 		old := u.errBits.Load()
+		if old == 0 && !failed {
+			// A healthy backend's rate stays 0: no write, so that the
+			// requests of every processor do not pass the line around.
+			return
+		}
 		v := errAlpha*s + (1-errAlpha)*math.Float64frombits(old)
 		if v < 1e-9 {
 			v = 0
