@@ -158,6 +158,7 @@ func outboundHeader(r *http.Request) http.Header {
 // (No User-Agent is needed: the h1 client adds none of its own.)
 func (e *exchange) shapeOutbound() {
 	r := e.r
+	e.outConn = r.Header["Connection"] // read once: listed asks for every field
 	add := func(k, v string) {
 		e.outExtra[e.outN] = h1.Field{Name: k, Value: v}
 		e.outN++
@@ -198,7 +199,7 @@ func (e *exchange) present(k string) bool {
 }
 
 // listed reports whether the client's Connection field names k.
-func (e *exchange) listed(k string) bool { return namedIn(e.r.Header["Connection"], k) }
+func (e *exchange) listed(k string) bool { return namedIn(e.outConn, k) }
 
 // SkipField implements h1.Outbound: the fields outboundHeader leaves out.
 func (e *exchange) SkipField(k string) bool {

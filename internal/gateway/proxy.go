@@ -62,8 +62,9 @@ type exchange struct {
 	// client's header, shaped by SkipField and ExtraFields.
 	outExtra  [4]h1.Field
 	outN      int
-	outOwnXFF bool   // X-Forwarded-For is in outExtra
-	out       outReq // the outbound request on the h1 client (outbound)
+	outOwnXFF bool     // X-Forwarded-For is in outExtra
+	outConn   []string // the client's Connection fields (shapeOutbound)
+	out       outReq   // the outbound request on the h1 client (outbound)
 	path      string
 	rawPath   string
 	pool      string
@@ -1009,7 +1010,7 @@ func (e *exchange) open(a *attempt) bool {
 func (e *exchange) forgetRequest(a *attempt) {
 	e.releaseBody()
 	e.prefix = nil
-	e.outHdr, e.out = nil, outReq{}
+	e.outHdr, e.out, e.outConn = nil, outReq{}, nil
 	e.replay.Reset(nil)
 	if a.sent != nil {
 		a.sent.drop()
