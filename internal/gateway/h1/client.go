@@ -45,7 +45,7 @@ type Client struct {
 	passHeads     bool
 
 	mu     sync.Mutex
-	idle   map[string][]*conn // LIFO per address
+	idle   map[string]*[]*conn // LIFO per address (a pointer: one lookup per get or put)
 	sweep  *time.Timer        // closes connections idle too long; nil when none idle
 	closed bool
 }
@@ -69,7 +69,7 @@ type Options struct {
 
 // New returns a Client.
 func New(o Options) *Client {
-	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, passHeads: o.PassHeads, idle: map[string][]*conn{}}
+	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, passHeads: o.PassHeads, idle: map[string]*[]*conn{}}
 	if c.dial == nil {
 		c.dial = (&net.Dialer{Timeout: 30 * time.Second}).DialContext
 	}
@@ -219,14 +219,15 @@ func (cl *Client) headerErr(err error) error {
 func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 	for {
 		cl.mu.Lock()
-		stack := cl.idle[addr]
-		if len(stack) == 0 {
+		p := cl.idle[addr]
+		if p == nil || len(*p) == 0 {
 			cl.mu.Unlock()
 			break
 		}
+		stack := *p
 		c := stack[len(stack)-1]
 		stack[len(stack)-1] = nil
-		cl.idle[addr] = stack[:len(stack)-1]
+		*p = stack[:len(stack)-1]
 		cl.mu.Unlock()
 		idle := time.Since(c.idleSince)
 		if idle < cl.idleTimeout && (idle < checkAlive || c.alive()) {
@@ -245,19 +246,24 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 func (cl *Client) hasRoom(addr string) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return !cl.closed && len(cl.idle[addr]) < cl.maxIdle
+	return !cl.closed && idleLen(cl.idle[addr]) < cl.maxIdle
 }
 
 // put pools c for the next request to its address.
 func (cl *Client) put(c *conn) {
 	c.idleSince = time.Now()
 	cl.mu.Lock()
-	if cl.closed || len(cl.idle[c.addr]) >= cl.maxIdle {
+	p := cl.idle[c.addr]
+	if cl.closed || idleLen(p) >= cl.maxIdle {
 		cl.mu.Unlock()
 		c.close()
 		return
 	}
-	cl.idle[c.addr] = append(cl.idle[c.addr], c)
+	if p == nil {
+		p = new([]*conn)
+		cl.idle[c.addr] = p
+	}
+	*p = append(*p, c)
 	if cl.sweep == nil {
 		cl.sweep = time.AfterFunc(cl.idleTimeout/2, cl.sweepIdle)
 	}
@@ -270,7 +276,8 @@ func (cl *Client) sweepIdle() {
 	now := time.Now()
 	var old []*conn
 	cl.mu.Lock()
-	for addr, stack := range cl.idle {
+	for addr, p := range cl.idle {
+		stack := *p
 		i := 0
 		for i < len(stack) && now.Sub(stack[i].idleSince) >= cl.idleTimeout {
 			i++
@@ -282,7 +289,7 @@ func (cl *Client) sweepIdle() {
 		if len(stack) == 0 {
 			delete(cl.idle, addr)
 		} else {
-			cl.idle[addr] = stack
+			*p = stack
 		}
 	}
 	if len(cl.idle) > 0 && !cl.closed {
@@ -300,8 +307,8 @@ func (cl *Client) sweepIdle() {
 func (cl *Client) CloseIdleConnections() {
 	cl.mu.Lock()
 	var all []*conn
-	for _, stack := range cl.idle {
-		all = append(all, stack...)
+	for _, p := range cl.idle {
+		all = append(all, *p...)
 	}
 	clear(cl.idle)
 	cl.mu.Unlock()
@@ -328,10 +335,18 @@ func (cl *Client) Idle() int {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	n := 0
-	for _, s := range cl.idle {
-		n += len(s)
+	for _, p := range cl.idle {
+		n += len(*p)
 	}
 	return n
+}
+
+// idleLen is the length of an idle stack (nil: none).
+func idleLen(p *[]*conn) int {
+	if p == nil {
+		return 0
+	}
+	return len(*p)
 }
 
 // writeRequest appends the request's wire form to wb: request line, Host,
