@@ -179,17 +179,23 @@ func (hr *headReader) build(s string, req *http.Request) error {
 	hr.header = h
 	vals := hr.values(n)
 	start := hr.ends[0]
+	var seen framingSeen // which of the fields read below the head has
 	for i, end := range hr.ends[1:] {
 		line := s[start:end]
 		start = end
-		if key, ok := addField(h, vals, i, line); !ok {
+		key, ok := addField(h, vals, i, line)
+		if !ok {
 			return badHead("invalid value of header " + key)
 		}
+		seen.note(key)
 	}
 
 	req.Method, req.URL, req.Proto, req.ProtoMajor, req.ProtoMinor = method, u, proto, 1, minor
 	req.Header, req.RequestURI, req.Body = h, uri, http.NoBody
-	hosts := h["Host"]
+	var hosts []string
+	if seen.has(seenHost) {
+		hosts = h["Host"]
+	}
 	switch {
 	case len(hosts) > 1:
 		return badHead("more than one Host header")
@@ -202,16 +208,27 @@ func (hr *headReader) build(s string, req *http.Request) error {
 	if req.Host == "" && len(hosts) == 1 {
 		req.Host = hosts[0]
 	}
-	delete(h, "Host")
+	if hosts != nil {
+		delete(h, "Host")
+	}
 
-	conn := h["Connection"]
+	var conn []string
+	if seen.has(seenConnection) {
+		conn = h["Connection"]
+	}
 	if minor == 1 {
 		req.Close = httpguts.HeaderValuesContainsToken(conn, "close")
 	} else {
 		req.Close = !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
 	}
 
-	te, cl := h["Transfer-Encoding"], h["Content-Length"]
+	var te, cl []string
+	if seen.has(seenTransferEncoding) {
+		te = h["Transfer-Encoding"]
+	}
+	if seen.has(seenContentLength) {
+		cl = h["Content-Length"]
+	}
 	switch {
 	case te != nil && cl != nil:
 		return badHead("both Transfer-Encoding and Content-Length")
@@ -237,13 +254,43 @@ func (hr *headReader) build(s string, req *http.Request) error {
 		}
 		req.ContentLength = n
 	}
-	if ex := h["Expect"]; ex != nil {
-		if len(ex) != 1 || !strings.EqualFold(ex[0], "100-continue") {
+	if seen.has(seenExpect) {
+		if ex := h["Expect"]; len(ex) != 1 || !strings.EqualFold(ex[0], "100-continue") {
 			return &headError{http.StatusExpectationFailed, "unsupported Expect " + strconv.Quote(strings.Join(ex, ", "))}
 		}
 	}
 	return nil
 }
+
+// framingSeen notes which of the fields that build reads after the
+// loop a head has, so that it looks up only those in the header map.
+type framingSeen uint8
+
+const (
+	seenHost framingSeen = 1 << iota
+	seenConnection
+	seenTransferEncoding
+	seenContentLength
+	seenExpect
+)
+
+// note records the canonical key of one of the head's fields.
+func (f *framingSeen) note(key string) {
+	switch key {
+	case "Host":
+		*f |= seenHost
+	case "Connection":
+		*f |= seenConnection
+	case "Transfer-Encoding":
+		*f |= seenTransferEncoding
+	case "Content-Length":
+		*f |= seenContentLength
+	case "Expect":
+		*f |= seenExpect
+	}
+}
+
+func (f framingSeen) has(b framingSeen) bool { return f&b != 0 }
 
 // maxKeptFields bounds the header map kept for the next request: a map
 // that once held more names is dropped rather than cleared, so that one
