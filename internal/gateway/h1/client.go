@@ -46,7 +46,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	idle   map[string]*[]*conn // LIFO per address (a pointer: one lookup per get or put)
-	sweep  *time.Timer        // closes connections idle too long; nil when none idle
+	sweep  *time.Timer         // closes connections idle too long; nil when none idle
 	closed bool
 }
 
