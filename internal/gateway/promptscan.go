@@ -248,6 +248,7 @@ func (s *jsonScan) number() bool {
 func (s *jsonScan) str() (raw []byte, plain, ok bool) {
 	start := s.i + 1
 	plain = true
+	ascii := true // stringRun stops at every byte from 0x80: none seen, valid UTF-8
 	for j := start; ; j++ {
 		if j = stringRun(s.b, j); j >= len(s.b) {
 			return nil, false, false
@@ -256,7 +257,7 @@ func (s *jsonScan) str() (raw []byte, plain, ok bool) {
 		case c == '"':
 			s.i = j + 1
 			raw = s.b[start:j]
-			return raw, plain && utf8.Valid(raw), true
+			return raw, plain && (ascii || utf8.Valid(raw)), true
 		case c == '\\':
 			plain = false
 			j++
@@ -280,6 +281,8 @@ func (s *jsonScan) str() (raw []byte, plain, ok bool) {
 			}
 		case c < 0x20:
 			return nil, false, false
+		default: // 0x80 and above
+			ascii = false
 		}
 	}
 }
