@@ -161,25 +161,25 @@ func TestBlockIndex(t *testing.T) {
 func TestPrefixHashes(t *testing.T) {
 	a := []byte(strings.Repeat("a", 64) + strings.Repeat("b", 64) + "tail")
 	b := []byte(strings.Repeat("a", 64) + strings.Repeat("c", 64))
-	ha, hb := prefixHashes("m", a, 64), prefixHashes("m", b, 64)
+	ha, hb := prefixHashes([]byte("m"), a, 64), prefixHashes([]byte("m"), b, 64)
 	if len(ha) != 2 || len(hb) != 2 {
 		t.Fatalf("%d and %d blocks, want 2 each (a partial block is not hashed)", len(ha), len(hb))
 	}
 	if ha[0] != hb[0] || ha[1] == hb[1] {
 		t.Error("the same first block must hash the same, different second blocks differently")
 	}
-	if other := prefixHashes("lora-b", a, 64); other[0] == ha[0] {
+	if other := prefixHashes([]byte("lora-b"), a, 64); other[0] == ha[0] {
 		t.Error("another model (a LoRA adapter) must be another key")
 	}
 	// Chained: the same second block after another first block differs.
 	c := []byte(strings.Repeat("z", 64) + strings.Repeat("b", 64))
-	if hc := prefixHashes("m", c, 64); hc[1] == ha[1] {
+	if hc := prefixHashes([]byte("m"), c, 64); hc[1] == ha[1] {
 		t.Error("block 2 must depend on block 1")
 	}
-	if got := prefixHashes("m", []byte("short"), 64); got != nil {
+	if got := prefixHashes([]byte("m"), []byte("short"), 64); got != nil {
 		t.Errorf("no full block: %v", got)
 	}
-	if got := len(prefixHashes("m", make([]byte, 64*(maxPrefixBlocks+5)), 64)); got != maxPrefixBlocks {
+	if got := len(prefixHashes([]byte("m"), make([]byte, 64*(maxPrefixBlocks+5)), 64)); got != maxPrefixBlocks {
 		t.Errorf("%d blocks, want the cap %d", got, maxPrefixBlocks)
 	}
 }
@@ -455,7 +455,7 @@ func TestBlockIndexRecordAllocations(t *testing.T) {
 func TestPrefixHashesChain(t *testing.T) {
 	text := []byte(strings.Repeat("The sea is calm tonight, the tide is full. ", 40))
 	for _, bs := range []int{1, 16, DefaultPrefixBlockBytes, 4 * DefaultPrefixBlockBytes, 4*DefaultPrefixBlockBytes + 1, 700} {
-		got := prefixHashes("llama3", text, bs)
+		got := prefixHashes([]byte("llama3"), text, bs)
 		prev := xxhash.Sum64String("llama3")
 		n := min(len(text)/bs, maxPrefixBlocks)
 		if len(got) != n {
@@ -542,7 +542,7 @@ func FuzzPromptText(f *testing.F) {
 		if len(text) > maxPromptBytes {
 			t.Fatalf("text of %d bytes beyond the cap", len(text))
 		}
-		hs := prefixHashes(model, text, DefaultPrefixBlockBytes)
+		hs := prefixHashes([]byte(model), text, DefaultPrefixBlockBytes)
 		if len(hs) != len(text)/DefaultPrefixBlockBytes {
 			t.Fatalf("%d hashes for %d bytes", len(hs), len(text))
 		}

@@ -38,21 +38,22 @@ const (
 //	/v1/completions                  prompt (a string, strings, or token ids as JSON)
 //	/v1/responses                    instructions, input (a string or items with role and content)
 func promptText(path string, body, dst []byte) (model string, text []byte, ok bool) {
-	model, text, _, ok = promptRead(path, body, dst)
-	return model, text, ok
+	m, text, _, ok := promptRead(path, body, dst)
+	return string(m), text, ok
 }
 
 // promptRead is promptText and the request's "stream" flag as streamFlag
 // reads it (found false: not a boolean, or absent), in one pass of the
 // body for the bodies promptTextPlain takes; other bodies are read again
-// for the flag. Pure.
-func promptRead(path string, body, dst []byte) (model string, text []byte, flag streamField, ok bool) {
+// for the flag. The model is in body's bytes for those, so that reading
+// it allocates nothing. Pure.
+func promptRead(path string, body, dst []byte) (model, text []byte, flag streamField, ok bool) {
 	if model, text, raw, ok := promptTextPlain(path, body, dst); ok {
 		return model, text, streamFieldOf(raw), true
 	}
-	model, text, ok = promptTextJSON(path, body, dst)
+	m, text, ok := promptTextJSON(path, body, dst)
 	v, found := streamFlag(body)
-	return model, text, streamField{v: v, found: found, known: true}, ok
+	return []byte(m), text, streamField{v: v, found: found, known: true}, ok
 }
 
 // streamField is a request's top-level "stream" flag (streamFlag), and
@@ -190,7 +191,7 @@ func (b *promptBuf) message(raw json.RawMessage) {
 // of text: block i's hash covers the model and every byte up to the end of
 // block i, so two prompts share block i's hash only if they agree up to its
 // end, as in vLLM's prefix cache. At most maxPrefixBlocks. Pure.
-func prefixHashes(model string, text []byte, blockBytes int) []uint64 {
+func prefixHashes(model, text []byte, blockBytes int) []uint64 {
 	if blockBytes <= 0 {
 		blockBytes = DefaultPrefixBlockBytes
 	}
@@ -199,7 +200,7 @@ func prefixHashes(model string, text []byte, blockBytes int) []uint64 {
 		return nil
 	}
 	out := make([]uint64, n)
-	prev := xxhash.Sum64String(model)
+	prev := xxhash.Sum64(model)
 	var d xxhash.Digest
 	var seed [8]byte
 	for i := range n {

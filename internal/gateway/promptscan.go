@@ -16,18 +16,19 @@ import (
 // returns (FuzzPromptTextPlain checks this). Pure. The text goes into
 // dst's array if it has room for the whole body's (promptText).
 //
+// The model is the body's bytes (a plain string: no escape to decode).
 // stream is the raw value of the body's top-level "stream" member (the
 // last, as topLevelValue takes it; nil if there is none), so that the
 // gateway need not scan the body again for it (asksToStream).
-func promptTextPlain(path string, body, dst []byte) (model string, text, stream []byte, handled bool) {
+func promptTextPlain(path string, body, dst []byte) (model, text, stream []byte, handled bool) {
 	chat := path == "/api/chat" || path == "/v1/chat/completions"
 	if !chat && path != "/api/generate" && path != "/v1/completions" {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
 	s := jsonScan{b: body}
 	s.ws()
 	if s.i == len(s.b) || s.b[s.i] != '{' {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
 	var (
 		seen                   [fieldCount]bool
@@ -86,7 +87,7 @@ func promptTextPlain(path string, body, dst []byte) (model string, text, stream 
 	})
 	s.ws()
 	if !ok || s.i != len(s.b) {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
 	switch path {
 	case "/api/generate":
@@ -96,11 +97,11 @@ func promptTextPlain(path string, body, dst []byte) (model string, text, stream 
 		}
 	case "/v1/completions":
 		if !hasPrompt {
-			return "", nil, nil, false
+			return nil, nil, nil, false
 		}
 		b.fieldBytes([]byte("prompt"), prompt)
 	}
-	return string(modelB), b.buf, stream, true
+	return modelB, b.buf, stream, true
 }
 
 // The top-level fields promptText reads, as promptField tells them.

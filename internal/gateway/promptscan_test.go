@@ -65,7 +65,7 @@ func TestPromptTextPlain(t *testing.T) {
 				return
 			}
 			wm, wt, wok := promptTextJSON(tt.path, []byte(tt.body), nil)
-			if !wok || model != wm || !bytes.Equal(text, wt) {
+			if !wok || string(model) != wm || !bytes.Equal(text, wt) {
 				t.Fatalf("got %q %q, encoding/json %q %q %v", model, text, wm, wt, wok)
 			}
 		})
@@ -131,7 +131,7 @@ func FuzzPromptTextPlain(f *testing.F) {
 			t.Fatalf("took invalid JSON %q", body)
 		}
 		wm, wt, wok := promptTextJSON(path, body, nil)
-		if !wok || model != wm || !bytes.Equal(text, wt) {
+		if !wok || string(model) != wm || !bytes.Equal(text, wt) {
 			t.Fatalf("%s %q: got %q %q, encoding/json %q %q %v", path, body, model, text, wm, wt, wok)
 		}
 		if len(text) > 0 && &text[0] != &dirty[0] {
