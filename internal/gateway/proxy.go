@@ -173,11 +173,14 @@ var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 // (e.served), its attempts left their backends' wait lists, the idle timer
 // of its stream holds only the attempt's context, and an answer taken over
 // from net/http (stream.go) only the attempt's context too. It is emptied
-// first, so that a kept exchange holds no request's memory. A panic skips
-// it: the exchange is dropped.
+// first, so that a kept exchange holds no request's memory, but for its
+// body buffer (releaseBody), which the pool of them would hold anyway. A
+// panic skips it: the exchange is dropped.
 func (e *exchange) recycle() {
-	e.releaseBody()
+	e.releaseBody(false)
+	kept := e.bodyBuf
 	*e = exchange{}
+	e.bodyBuf = kept
 	exchanges.Put(e)
 }
 
@@ -304,13 +307,17 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 		g.fail(w, r, start, errMethod)
 		return nil
 	}
-	body, bodyBuf, code := g.readBody(r)
+	e := exchanges.Get().(*exchange) // empty but for a kept body buffer (recycle)
+	body, bodyBuf, code := g.readBody(r, e.bodyBuf)
+	e.bodyBuf = bodyBuf
 	switch code {
 	case 0:
 	case http.StatusRequestEntityTooLarge:
+		e.recycle()
 		g.fail(w, r, start, bodyTooLarge(g.maxBody))
 		return nil
 	default:
+		e.recycle()
 		g.fail(w, r, start, errBodyUnread)
 		return nil
 	}
@@ -318,9 +325,7 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	if g.onUsage != nil && r.Method == http.MethodPost && usagePath(path) {
 		body, stripUsage = withStreamUsage(body, g.maxBody)
 	}
-	e := exchanges.Get().(*exchange) // empty (recycle)
 	e.g, e.w, e.r, e.start, e.body, e.stripUsage = g, w, r, start, body, stripUsage
-	e.bodyBuf = bodyBuf
 	e.path, e.rawPath, e.pool = path, rawPath, r.Header.Get(PoolHeader)
 	e.tried = e.triedBuf[:0]
 	if g.h1 != nil {
@@ -366,41 +371,44 @@ func (e *exchange) readPrompt() {
 
 // readBody buffers the request body, up to MaxBodyBytes. It returns a
 // non-zero status if the body is too large or cannot be read. A body of
-// known length up to maxPooledBody, on the h1 client, is read into a
-// pooled buffer, returned too: the exchange gives it back once the
-// request is forgotten (releaseBody). net/http's Transport may read a
-// request's body after RoundTrip returns, so its bodies are not pooled.
-func (g *Gateway) readBody(r *http.Request) ([]byte, *[]byte, int) {
+// known length up to maxPooledBody, on the h1 client, is read into the
+// exchange's kept buffer (kept, from its last request) or a pooled one;
+// the buffer is returned whatever the outcome (kept if it was not used),
+// for the exchange to hold: it gives it back to the pool once a stream
+// is committed, and keeps it for its next request otherwise (releaseBody,
+// recycle). net/http's Transport may read a request's body after
+// RoundTrip returns, so its bodies are not pooled.
+func (g *Gateway) readBody(r *http.Request, kept *[]byte) ([]byte, *[]byte, int) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil, 0
+		return nil, kept, 0
 	}
 	if r.ContentLength > g.maxBody {
-		return nil, nil, http.StatusRequestEntityTooLarge
+		return nil, kept, http.StatusRequestEntityTooLarge
 	}
 	hint := int64(512)
 	if r.ContentLength >= 0 {
 		hint = r.ContentLength + 1 // room for the read that returns EOF
 	}
-	var pb *[]byte
+	pb := kept
 	var dst []byte
-	if g.h1 != nil && r.ContentLength >= 0 && hint <= maxPooledBody {
-		pb = bodyBufs.get()
+	pooled := g.h1 != nil && r.ContentLength >= 0 && hint <= maxPooledBody
+	if pooled {
+		if pb == nil {
+			pb = bodyBufs.get()
+		}
 		dst = *pb
 	}
 	buf, err := readAtMostInto(r.Body, dst, hint, g.maxBody)
 	switch {
 	case errors.Is(err, errTooLarge):
-		bodyBufs.put(pb, nil)
-		return nil, nil, http.StatusRequestEntityTooLarge
+		return nil, pb, http.StatusRequestEntityTooLarge
 	case err != nil:
-		bodyBufs.put(pb, nil)
-		return nil, nil, http.StatusBadRequest
+		return nil, pb, http.StatusBadRequest
 	case buf == nil:
-		bodyBufs.put(pb, nil)
-		return nil, nil, 0
+		return nil, pb, 0
 	}
-	if pb != nil && cap(buf) > cap(*pb) {
-		*pb = buf[:0] // grown: the pool keeps the larger array
+	if pooled && cap(buf) > cap(*pb) {
+		*pb = buf[:0] // grown: the larger array is kept
 	}
 	return buf, pb, 0
 }
@@ -447,13 +455,18 @@ func (p *bytesPool) put(pb *[]byte, grown []byte) {
 	}
 }
 
-// releaseBody gives e's body buffer back, once nothing reads the body
-// again: the answer is committed (forgetRequest) or the exchange is over
-// (recycle). The h1 client is done with the body when RoundTrip returns.
-func (e *exchange) releaseBody() {
-	bodyBufs.put(e.bodyBuf, nil)
-	e.bodyBuf = nil
+// releaseBody lets go of e's body once nothing reads it again: the answer
+// is committed (forgetRequest) or the exchange is over (recycle). The h1
+// client is done with the body when RoundTrip returns. The buffer goes
+// back to the pool if stream is set (a stream's exchange lives as long as
+// the answer, and should not hold it); otherwise the exchange keeps it for
+// its next request (recycle), which then needs no pool.
+func (e *exchange) releaseBody(stream bool) {
 	e.body = nil
+	if stream || (e.bodyBuf != nil && cap(*e.bodyBuf) > maxPooledBody) {
+		bodyBufs.put(e.bodyBuf, nil)
+		e.bodyBuf = nil
+	}
 }
 
 var errTooLarge = errors.New("body too large")
@@ -1008,7 +1021,7 @@ func (e *exchange) open(a *attempt) bool {
 // outbound request with its headers, the prompt's block hashes. A stream
 // would otherwise hold them for its whole life.
 func (e *exchange) forgetRequest(a *attempt) {
-	e.releaseBody()
+	e.releaseBody(e.sink.flushes)
 	e.prefix = nil
 	e.outHdr, e.out, e.outConn = nil, outReq{}, nil
 	e.replay.Reset(nil)
