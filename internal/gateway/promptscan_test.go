@@ -153,3 +153,17 @@ func BenchmarkPromptRead(b *testing.B) {
 		}
 	}
 }
+
+// TestPromptReadAllocations holds BenchmarkPromptRead's 0
+// allocations: a short chat POST's model, text and stream flag are read
+// into the given buffer and the body's own bytes.
+func TestPromptReadAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	body := []byte(`{"model":"qwen2:0.5b","messages":[{"role":"user","content":"Write one short sentence about the sea."}],"stream":false}`)
+	dst := make([]byte, 0, 512)
+	if n := testing.AllocsPerRun(100, func() { _, _, _, _ = promptRead("/api/chat", body, dst) }); n != 0 {
+		t.Fatalf("%.1f allocations per read, want 0", n)
+	}
+}

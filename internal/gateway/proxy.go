@@ -72,10 +72,9 @@ type exchange struct {
 	deadline  time.Time // end of the wait for a backend; zero until the first wait
 	model     string    // the body's "model", if hasModel
 	hasModel  bool
-	// prefix: the prompt's block hashes for the prefix-aware policy, once
-	// computed (prefixDone).
+	// prefix: the prompt's block hashes for the prefix-aware policy
+	// (readPrompt, at the request's start).
 	prefix     []uint64
-	prefixDone bool
 	prefixPick prefixPick // what the prefix-aware policy expected of the last pick
 	// stream: the body's "stream" flag, if it was read with the prompt
 	// (readPrompt).
@@ -350,13 +349,9 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) *exchange {
 	return e
 }
 
-// readPrompt reads, once, the prompt's block hashes for the prefix-aware
-// policy (a POST's only) and, in the same pass, the body's stream flag.
+// readPrompt reads the prompt's block hashes for the prefix-aware policy
+// (a POST's only) and, in the same pass, the body's stream flag.
 func (e *exchange) readPrompt() {
-	if e.prefixDone {
-		return
-	}
-	e.prefixDone = true
 	if e.r.Method != http.MethodPost {
 		return
 	}
@@ -709,7 +704,6 @@ func (e *exchange) pick() *Upstream {
 		}
 		var u *Upstream
 		if g.prefix != nil {
-			e.readPrompt()
 			u, e.prefixPick = g.prefix.pickPrompt(cands, e.prefix)
 		} else {
 			u = g.policy.Pick(cands, e.r)
