@@ -955,6 +955,10 @@ func (e *exchange) commit(a *attempt) {
 		} else {
 			rerr = src.Each(&e.sink)
 		}
+	} else if ok && src.Whole() {
+		// A short answer, read with its head: written from the backend
+		// connection's buffer, with no copy buffer and no read.
+		rerr = src.Each(&e.sink)
 	} else {
 		rerr = copyBody(a.resp.Body, &e.sink)
 	}

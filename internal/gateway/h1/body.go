@@ -51,6 +51,19 @@ func (b *Body) Next() ([]byte, error) {
 	return p, nil
 }
 
+// Whole reports whether the rest of the body has been read already, as a
+// short answer's is with its head: Each then hands it on from the
+// connection's buffer in one Emit, without waiting on the socket or a
+// copy buffer of the caller's. A body that is not whole is better read
+// by a caller with a large buffer of its own (Read reads a large body
+// straight into it) unless it streams.
+func (b *Body) Whole() bool {
+	if b.err != nil {
+		return b.err == io.EOF
+	}
+	return b.kind == bodyLength && int64(len(b.c.buffered())) >= b.left
+}
+
 // Ready reports whether the next Next returns bytes already read, without
 // waiting for the backend. A proxy flushes what it wrote only when it is
 // not, so that tokens that arrived together leave in one write, as with
@@ -257,11 +270,21 @@ type Sink interface {
 // until the wait.
 func (b *Body) Each(s Sink) error {
 	b.settle()
-	if b.err == nil && b.c.sk.rc == nil {
-		return b.eachNext(s)
-	}
 	if b.err != nil {
 		return b.result()
+	}
+	if b.kind == bodyLength && int64(len(b.c.buffered())) >= b.left {
+		// Whole in the buffer already (a short answer comes with its
+		// head): handed on from it, with no wait on the socket. Taking
+		// it may give the connection to another request, so after.
+		if err := s.Emit(b.c.buffered()[:b.left], true); err != nil {
+			return err
+		}
+		b.take(int(b.left))
+		return b.result()
+	}
+	if b.c.sk.rc == nil {
+		return b.eachNext(s)
 	}
 	var ps pumpState
 	err := b.c.sk.rc.Read(func(fd uintptr) bool { return !b.pump(int(fd), s, &ps) })

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // scriptedBackend accepts one connection on a real loopback socket, reads
@@ -170,6 +171,81 @@ func TestEach(t *testing.T) {
 			case got := <-s.got:
 				t.Errorf("emitted %+v after the end", got)
 			default:
+			}
+		})
+	}
+}
+
+// TestEachWholeBody: a body whose rest arrived with its head is Whole, and
+// Each hands it on in one flushed Emit and ends (the scripted backend
+// never sends more nor closes), the connection back in the pool; a sink's
+// failure there ends Each with it and the connection is not reused. A
+// body still arriving is not Whole.
+func TestEachWholeBody(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Length: "
+	for _, tc := range []struct {
+		name  string
+		first string
+		whole bool
+		emits []emitted
+		fail  bool
+	}{
+		{"whole", head + "3\r\n\r\nabc", true, []emitted{{"abc", true}}, false},
+		{"empty", head + "0\r\n\r\n", true, nil, false},
+		{"whole, the sink fails", head + "3\r\n\r\nabc", true, []emitted{{"abc", true}}, true},
+		{"still arriving", head + "5\r\n\r\nabc", false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, _, cl := scriptedStream(t, context.Background(), tc.first)
+			b := resp.Body.(*Body)
+			if tc.name != "empty" {
+				// The head and the body's bytes were one write, but may be
+				// two reads: wait until the client holds what was sent.
+				for !tc.whole && len(b.c.buffered()) < 3 || tc.whole && !b.Whole() {
+					if err := b.c.readMore(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := b.Whole(); got != tc.whole {
+				t.Fatalf("Whole() = %v, want %v", got, tc.whole)
+			}
+			if !tc.whole {
+				return
+			}
+			s := &chanSink{got: make(chan emitted, 4)}
+			gone := errors.New("client gone")
+			if tc.fail {
+				s.err = gone
+			}
+			done := make(chan error, 1)
+			go func() { done <- b.Each(s) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Each waited on the socket for a body it held whole")
+			}
+			for _, want := range tc.emits {
+				if got := <-s.got; got != want {
+					t.Fatalf("emitted %+v, want %+v", got, want)
+				}
+			}
+			select {
+			case got := <-s.got:
+				t.Fatalf("emitted %+v after the body", got)
+			default:
+			}
+			resp.Body.Close()
+			switch {
+			case tc.fail && err != gone:
+				t.Fatalf("Each: %v, want the sink's error", err)
+			case tc.fail && cl.Idle() != 0:
+				t.Fatalf("%d idle connections after a failed sink, want 0", cl.Idle())
+			case !tc.fail && err != nil:
+				t.Fatalf("Each: %v, want the end of the body", err)
+			case !tc.fail && cl.Idle() != 1:
+				t.Fatalf("%d idle connections after the body, want 1", cl.Idle())
 			}
 		})
 	}

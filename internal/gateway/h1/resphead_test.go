@@ -177,6 +177,34 @@ func TestLongResponseHead(t *testing.T) {
 	}
 }
 
+// TestResponseHeadTextIsItsOwn: a head's strings (its status and fields,
+// passed on or in a map) hold a copy of the head, so that the bytes the
+// connection reads next into its buffer leave them as they were.
+func TestResponseHeadTextIsItsOwn(t *testing.T) {
+	req, _ := http.NewRequest("GET", "http://x/", nil)
+	for _, size := range []int{0, 200, 5000} {
+		for _, pass := range []bool{false, true} {
+			head := "HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", size) + "\r\nContent-Length: 2\r\n\r\n"
+			b := []byte(head)
+			resp, fields, err := parseHead(b, req, pass)
+			if err != nil {
+				t.Fatalf("size %d, pass %v: %v", size, pass, err)
+			}
+			for i := range b {
+				b[i] = '#' // the connection's buffer, read into again
+			}
+			pad := resp.Header.Get("X-Pad")
+			if pass {
+				pad = fields.Get("X-Pad")
+			}
+			if resp.Status != "200 OK" || pad != strings.Repeat("p", size) || resp.ContentLength != 2 {
+				t.Errorf("size %d, pass %v: after the buffer was overwritten, status %q, X-Pad %q, ContentLength %d",
+					size, pass, resp.Status, pad, resp.ContentLength)
+			}
+		}
+	}
+}
+
 // TestInformationalSkipped: 1xx heads before the answer are skipped, in
 // one read or several.
 func TestInformationalSkipped(t *testing.T) {
