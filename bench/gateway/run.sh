@@ -60,7 +60,12 @@
 #                     peer of paired: a change to the gateway measured
 #                     against the build before it, loaded at the same time,
 #                     where two one-at-a-time runs minutes apart differ by
-#                     more than most changes are worth
+#                     more than most changes are worth. Each process has an
+#                     offset of its own of up to 2 % that holds for all its
+#                     runs (the same binary as both reads 0.98x in one
+#                     invocation, 1.01x in the next): read an A/B from both
+#                     orders, the two binaries swapped, as the geometric
+#                     mean of new/old and 1/(old/new)
 #
 # Needs: go, nginx, haproxy, wrk, curl. Nothing needs root.
 set -euo pipefail
