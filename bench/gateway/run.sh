@@ -65,7 +65,12 @@
 #                     runs (the same binary as both reads 0.98x in one
 #                     invocation, 1.01x in the next): read an A/B from both
 #                     orders, the two binaries swapped, as the geometric
-#                     mean of new/old and 1/(old/new)
+#                     mean of new/old and 1/(old/new); bench/gateway/ab.sh
+#                     does that
+#   PAIR_PEERS="haproxy nginx"
+#                     the peer proxies of the paired modes (any of haproxy
+#                     and nginx, or none when TIDEGPU_BASE_BIN is set: the
+#                     gateway against its base alone, a third of the time)
 #
 # Needs: go, nginx, haproxy, wrk, curl. Nothing needs root.
 set -euo pipefail
@@ -80,6 +85,11 @@ PACE_MS=${PACE_MS:-4}
 PROMPT_BYTES=${PROMPT_BYTES:-0}
 PROMPT_DISTINCT=${PROMPT_DISTINCT:-0}
 BACKENDS=${BACKENDS:-1}
+PAIR_PEERS=${PAIR_PEERS-haproxy nginx}
+for p in $PAIR_PEERS; do
+	[[ $p == haproxy || $p == nginx ]] || { echo "run.sh: PAIR_PEERS=$PAIR_PEERS: want haproxy, nginx, both or none" >&2; exit 1; }
+done
+[[ -n $PAIR_PEERS || -n ${TIDEGPU_BASE_BIN:-} ]] || { echo "run.sh: PAIR_PEERS is empty: name haproxy or nginx, or set TIDEGPU_BASE_BIN" >&2; exit 1; }
 [[ $BACKENDS =~ ^[0-9]+$ ]] && ((BACKENDS >= 1 && BACKENDS <= 64)) || { echo "run.sh: BACKENDS=$BACKENDS: want a number of backends from 1 to 64" >&2; exit 1; }
 [[ $PROMPT_DISTINCT == [01] ]] || { echo "run.sh: PROMPT_DISTINCT=$PROMPT_DISTINCT: want 0 (one prompt for all) or 1 (a prompt of its own per request)" >&2; exit 1; }
 [[ $PROMPT_BYTES =~ ^[0-9]+$ ]] && ((PROMPT_BYTES <= 65536)) || { echo "run.sh: PROMPT_BYTES=$PROMPT_BYTES: want a number of bytes from 0 to 65536" >&2; exit 1; }
@@ -289,7 +299,7 @@ start_gateway() {
 start_gateway "$tmp/tidegpu" gateway
 
 # ---------------------------------------------------------------- the base build (TIDEGPU_BASE_BIN)
-peers=(haproxy nginx)
+read -r -a peers <<<"$PAIR_PEERS"
 if [[ -n ${TIDEGPU_BASE_BIN:-} ]]; then
 	[[ -x $TIDEGPU_BASE_BIN ]] || { echo "run.sh: TIDEGPU_BASE_BIN=$TIDEGPU_BASE_BIN is not an executable file" >&2; exit 1; }
 	start_gateway "$TIDEGPU_BASE_BIN" base
@@ -328,7 +338,7 @@ declare -A label=(
 	[base]="tidegpu gateway (TIDEGPU_BASE_BIN)"
 )
 
-for t in "${targets[@]}" "${peers[@]:2}"; do
+for t in "${targets[@]}" ${base_pid:+base}; do
 	wait_http "http://127.0.0.1:${port[$t]}/api/tags"
 done
 got=$(curl -s --max-time 2 "http://127.0.0.1:$gateway_port/api/tags")
