@@ -118,9 +118,18 @@ func streamNoUsage(gw string) (usageChunks int, err error) {
 func TestGatewayReplicasReportTokensToTheOperator(t *testing.T) {
 	ns := namespace(t)
 	state := t.TempDir()
-	adminAddr := freeAddr(t)
-	startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", state, "--metrics-bind-address", "0",
-		"--health-probe-bind-address", freeAddr(t), "--admin-addr", adminAddr, "--ledger-namespace", ns)
+	// The operator is started again on fresh ports if one FreeAddr saw free
+	// was taken before it listened (testbin.LostAddr): the gateways report
+	// to its admin address, so it must be known before they start.
+	var adminAddr string
+	for try := 1; ; try++ {
+		adminAddr = freeAddr(t)
+		p := startProc(t, "operator", "--kubeconfig", kubeconfig, "--state-dir", state, "--metrics-bind-address", "0",
+			"--health-probe-bind-address", freeAddr(t), "--admin-addr", adminAddr, "--ledger-namespace", ns)
+		if try >= 3 || !testbin.LostAddr(p, adminAddr, 30*time.Second) {
+			break
+		}
+	}
 	gwAddrs := []string{freeAddr(t), freeAddr(t)}
 	startGW := func(addr string) *proc {
 		return startProc(t, "gateway", "--kubeconfig", kubeconfig, "--namespace", ns, "--addr", addr, "--admin-addr", "",
