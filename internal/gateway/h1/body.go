@@ -61,6 +61,12 @@ func (b *Body) Whole() bool {
 	if b.err != nil {
 		return b.err == io.EOF
 	}
+	return b.restBuffered()
+}
+
+// restBuffered reports whether a body with a length, not yet ended, is
+// read to its end.
+func (b *Body) restBuffered() bool {
 	return b.kind == bodyLength && int64(len(b.c.buffered())) >= b.left
 }
 
@@ -273,7 +279,7 @@ func (b *Body) Each(s Sink) error {
 	if b.err != nil {
 		return b.result()
 	}
-	if b.kind == bodyLength && int64(len(b.c.buffered())) >= b.left {
+	if b.restBuffered() {
 		// Whole in the buffer already (a short answer comes with its
 		// head): handed on from it, with no wait on the socket. Taking
 		// it may give the connection to another request, so after.
