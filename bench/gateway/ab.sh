@@ -13,9 +13,12 @@
 # geometric mean and their spread. A change is resolved when all of them
 # lean the same way.
 #
+# It exits 1 when the geometric mean is over LIMIT (default 1.02: NEW costs
+# more than OLD beyond what an A/A run reads, 0.977-1.010 per invocation).
+#
 # Environment (all optional): INVOCATIONS=2 (pairs of invocations),
-# RUNS=5 and DURATION=5s (of each invocation, passed to run.sh), and
-# MODES=paired (or paired-get).
+# RUNS=5 and DURATION=5s (of each invocation, passed to run.sh),
+# MODES=paired (or paired-get), and LIMIT=1.02.
 set -euo pipefail
 (($# == 2)) || { echo "usage: $0 NEW-BINARY OLD-BINARY" >&2; exit 2; }
 new=$1 old=$2
@@ -26,6 +29,8 @@ INVOCATIONS=${INVOCATIONS:-2}
 [[ $INVOCATIONS =~ ^[0-9]+$ ]] && ((INVOCATIONS >= 1 && INVOCATIONS <= 20)) || { echo "ab.sh: INVOCATIONS=$INVOCATIONS: want 1 to 20" >&2; exit 1; }
 MODES=${MODES:-paired}
 [[ $MODES == paired || $MODES == paired-get ]] || { echo "ab.sh: MODES=$MODES: want paired or paired-get" >&2; exit 1; }
+LIMIT=${LIMIT:-1.02}
+[[ $LIMIT =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ab.sh: LIMIT=$LIMIT: want a ratio such as 1.02" >&2; exit 1; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # median_of GATEWAY BASE: the median ratio of GATEWAY's CPU per request to
@@ -54,5 +59,6 @@ for i in $(seq 1 "$INVOCATIONS"); do
 	ratios+=("$a" "$b")
 	echo "| $i | $a | $b |"
 done
-printf '%s\n' "${ratios[@]}" | awk '{ s += log($1); n++; if (n == 1 || $1 < lo) lo = $1; if (n == 1 || $1 > hi) hi = $1 }
-	END { printf "\nNEW / OLD, CPU per request: geometric mean %.3f over %d invocations (from %.3f to %.3f)\n", exp(s / n), n, lo, hi }'
+printf '%s\n' "${ratios[@]}" | awk -v limit="$LIMIT" '{ s += log($1); n++; if (n == 1 || $1 < lo) lo = $1; if (n == 1 || $1 > hi) hi = $1 }
+	END { printf "\nNEW / OLD, CPU per request: geometric mean %.3f over %d invocations (from %.3f to %.3f)\n", exp(s / n), n, lo, hi
+		if (exp(s / n) > limit) { printf "FAIL: NEW costs %.3fx OLD'"'"'s CPU per request, over LIMIT=%s\n", exp(s / n), limit; exit 1 } }'
