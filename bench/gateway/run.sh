@@ -613,6 +613,16 @@ for mode in $MODES; do
 	for t in "${targets[@]}"; do
 		echo "  $t: ${cpu[$t]}"
 	done
+	# The host's speed drifts between runs, so a target's req/s is read
+	# against HAProxy's in the same run too (they ran seconds apart).
+	echo "req/s relative to HAProxy's in the same run: median (worst); per run"
+	for t in "${targets[@]}"; do
+		[[ $t == haproxy ]] && continue
+		# shellcheck disable=SC2086
+		same=$(paste -d' ' <(printf '%s\n' ${rps[$t]}) <(printf '%s\n' ${rps[haproxy]}) | awk '{printf "%.2f\n", $1 / $2}')
+		# shellcheck disable=SC2086
+		echo "  $t: $(median $same) ($(printf '%s\n' $same | sort -g | head -1)); $(echo $same)"
+	done
 	echo "CPU per request: user+system CPU time of the proxy process (nginx: master and"
 	echo "workers) over the run divided by the requests wrk completed; for the baseline,"
 	echo "the backend's own. Less sensitive than req/s to what else runs on the machine."
