@@ -179,7 +179,7 @@ func (st *loopStream) Close() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.open {
-		_ = unix.Shutdown(st.bfd, unix.SHUT_RDWR)
+		rawShutdown(st.bfd, unix.SHUT_RDWR)
 	}
 	return nil
 }
@@ -206,15 +206,15 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 	}
 	cfd, err := dupSocket(sc.nc)
 	if err != nil {
-		unix.Close(bfd)
+		rawClose(bfd)
 		return b.Each(s)
 	}
 	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
 	// The request's context now ends the stream instead of closing the
 	// backend connection.
 	if !c.ab.Unwatch(c.nc) || !c.ab.Watch(st) {
-		unix.Close(bfd)
-		unix.Close(cfd)
+		rawClose(bfd)
+		rawClose(cfd)
 		b.fail(net.ErrClosed)
 		return b.result()
 	}
@@ -254,7 +254,7 @@ func (st *loopStream) settle() error {
 			st.cerr = err
 		}
 	} else {
-		unix.Close(st.cfd)
+		rawClose(st.cfd)
 	}
 	if st.cerr != nil {
 		st.w.err, st.w.closeAfter = st.cerr, true
@@ -272,7 +272,7 @@ func (st *loopStream) settle() error {
 			b.reuse = false
 		}
 	} else {
-		unix.Close(st.bfd)
+		rawClose(st.bfd)
 		b.reuse = false // the runtime's descriptor is closed: finish closes c
 		if st.aborted.Load() && (st.ps.rerr == io.EOF || (!st.ps.end && st.ps.rerr == nil && st.ps.ferr == nil)) {
 			st.ps.rerr = errAborted
@@ -301,8 +301,7 @@ func (l *Loop) add(st *loopStream) {
 	st.gen = l.gen & 0x3fffffff
 	l.fresh = append(l.fresh, st)
 	l.mu.Unlock()
-	var one = [8]byte{1}
-	_, _ = unix.Write(l.kick, one[:])
+	rawKick(l.kick)
 }
 
 func (l *Loop) run() {
@@ -333,11 +332,10 @@ func (l *Loop) run() {
 
 // handle runs the streams of a batch of events.
 func (l *Loop) handle(events []unix.EpollEvent) {
-	var kickBuf [8]byte
 	for i := range events {
 		ev := &events[i]
 		if ev.Fd == kickSlot {
-			_, _ = unix.Read(l.kick, kickBuf[:])
+			rawDrain(l.kick)
 			l.mu.Lock()
 			fresh := l.fresh
 			l.fresh = nil
@@ -369,12 +367,12 @@ func (st *loopStream) start() {
 	l := st.l
 	be := unix.EpollEvent{Events: unix.EPOLLIN, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
 	ce := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideClient} // errors and hang-ups only
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.bfd, &be); err != nil {
+	if err := rawEpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.bfd, &be); err != nil {
 		st.ps.rerr = os.NewSyscallError("epoll_ctl", err)
 		st.end()
 		return
 	}
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.cfd, &ce); err != nil {
+	if err := rawEpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.cfd, &ce); err != nil {
 		st.ps.rerr = os.NewSyscallError("epoll_ctl", err)
 		st.end()
 		return
@@ -455,8 +453,8 @@ func (st *loopStream) interest(reading bool) {
 	if !reading {
 		be.Events, ce.Events = 0, unix.EPOLLOUT
 	}
-	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
-	_ = unix.EpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
+	_ = rawEpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.bfd, &be)
+	_ = rawEpollCtl(st.l.ep, unix.EPOLL_CTL_MOD, st.cfd, &ce)
 }
 
 // hold keeps p for the client socket, which is waited for, and stops
@@ -507,8 +505,8 @@ var ErrClientGone = errors.New("h1: client connection closed")
 // end takes st off the loop and hands it back to the handler.
 func (st *loopStream) end() {
 	l := st.l
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.bfd, nil)
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.cfd, nil)
+	_ = rawEpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.bfd, nil)
+	_ = rawEpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.cfd, nil)
 	l.mu.Lock()
 	if l.slots[st.slot] == st {
 		l.slots[st.slot] = nil
@@ -531,7 +529,7 @@ func dupSocket(nc net.Conn) (int, error) {
 	fd := -1
 	var derr error
 	if err := rc.Control(func(s uintptr) {
-		fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+		fd, derr = rawDup(int(s))
 	}); err != nil {
 		return -1, err
 	}
@@ -580,7 +578,7 @@ func (c *sconn) setTail(fd int) {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	if c.state.Load() == stateClosed {
-		_ = unix.Close(fd)
+		rawClose(fd)
 		return
 	}
 	c.tail, c.hasTail = fd, true
@@ -613,7 +611,7 @@ func (c *sconn) untail() error {
 // closeTail closes the tail.
 func (c *sconn) closeTail() {
 	if fd, ok := c.dropTail(); ok {
-		_ = unix.Close(fd)
+		rawClose(fd)
 	}
 }
 
@@ -621,7 +619,7 @@ func (c *sconn) closeTail() {
 // its writes fail from then on. Its owner closes it.
 func (c *sconn) abortTail() {
 	if c.hasTail {
-		_ = unix.Shutdown(c.tail, unix.SHUT_RDWR)
+		rawShutdown(c.tail, unix.SHUT_RDWR)
 	}
 }
 

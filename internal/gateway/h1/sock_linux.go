@@ -59,3 +59,50 @@ func rawEpollWait(ep int, events []unix.EpollEvent) (int, error) {
 	}
 	return int(n), nil
 }
+
+// The other system calls of the event loop and of a stream's hand-over to
+// it and back, for the same reason: none of them blocks, and each was seen
+// to be the one sysmon took a P from at the starts and ends of 3,000
+// streams (BENCHMARKS.md, issue 19, session 27). close(2) of a socket
+// without SO_LINGER returns at once, its FIN sent as a write's bytes are;
+// the kick is a non-blocking eventfd.
+
+// rawClose is close(2).
+func rawClose(fd int) {
+	_, _, _ = syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fd), 0, 0)
+}
+
+// rawDup duplicates fd (close-on-exec): fcntl(2) F_DUPFD_CLOEXEC.
+func rawDup(fd int) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+// rawEpollCtl is epoll_ctl(2).
+func rawEpollCtl(ep, op, fd int, ev *unix.EpollEvent) error {
+	_, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawShutdown is shutdown(2).
+func rawShutdown(fd, how int) {
+	_, _, _ = syscall.RawSyscall(syscall.SYS_SHUTDOWN, uintptr(fd), uintptr(how), 0)
+}
+
+// rawKick adds one to the eventfd fd; rawDrain reads (and so resets) its
+// count: write(2) and read(2) of its 8 bytes.
+func rawKick(fd int) {
+	one := [8]byte{1}
+	_, _, _ = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&one[0])), 8)
+}
+
+func rawDrain(fd int) {
+	var b [8]byte
+	_, _, _ = syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 8)
+}
