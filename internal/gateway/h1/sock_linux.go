@@ -1,6 +1,8 @@
 package h1
 
 import (
+	"encoding/binary"
+	"net/netip"
 	"syscall"
 	"unsafe"
 
@@ -105,4 +107,50 @@ func rawKick(fd int) {
 func rawDrain(fd int) {
 	var b [8]byte
 	_, _, _ = syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 8)
+}
+
+// ConnectEarly is a net.Dialer's Control for the backend dials: it starts
+// the TCP connect itself, with a connect(2) the scheduler is not told of,
+// before the dialer's own. On loopback and other near peers the handshake
+// is done when that call returns, and the dialer's connect then finds the
+// socket connected (EISCONN) and returns without waiting for it in the
+// runtime's poller; otherwise it finds the connect under way (EALREADY)
+// and waits as it always does, and a connect that failed is tried again
+// by the dialer and reported as the dialer reports it. A dialer's connect
+// runs the peer's side of the handshake in the calling thread, long
+// enough for sysmon to hand its P to another thread when the kernel
+// preempts it: at 3,000 stream starts it was a third of the retakes
+// (BENCHMARKS.md, issue 19, session 27). Not for a dialer with a
+// LocalAddr (it binds after Control).
+func ConnectEarly(network, address string, c syscall.RawConn) error {
+	if network != "tcp4" && network != "tcp6" {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil
+	}
+	var sa [28]byte // sockaddr_in or sockaddr_in6
+	var n uintptr
+	port := ap.Port()
+	if a := ap.Addr(); a.Is4() {
+		binary.NativeEndian.PutUint16(sa[0:], unix.AF_INET)
+		binary.BigEndian.PutUint16(sa[2:], port)
+		a4 := a.As4()
+		copy(sa[4:8], a4[:])
+		n = unix.SizeofSockaddrInet4
+	} else {
+		if a.Zone() != "" {
+			return nil // scope ids: the dialer's own connect
+		}
+		binary.NativeEndian.PutUint16(sa[0:], unix.AF_INET6)
+		binary.BigEndian.PutUint16(sa[2:], port)
+		a16 := a.As16()
+		copy(sa[8:24], a16[:])
+		n = unix.SizeofSockaddrInet6
+	}
+	_ = c.Control(func(fd uintptr) {
+		_, _, _ = syscall.RawSyscall(syscall.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&sa[0])), n)
+	})
+	return nil
 }

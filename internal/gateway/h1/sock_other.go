@@ -14,3 +14,6 @@ func rawRead(fd int, p []byte) (int, error) { return syscall.Read(fd, p) }
 func rawWrite(fd int, p []byte) (int, error) { return syscall.Write(fd, p) }
 
 func rawWritev(int, []syscall.Iovec) (int, error) { return 0, syscall.ENOSYS }
+
+// ConnectEarly does nothing here: the dialer connects (see sock_linux.go).
+func ConnectEarly(string, string, syscall.RawConn) error { return nil }
