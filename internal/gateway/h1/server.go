@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -111,8 +112,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.shutdown.Load() {
 				return http.ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if acceptWillRecover(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				time.Sleep(delay) // back off, as net/http does, when accept fails for want of descriptors
 				continue
@@ -127,6 +127,24 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go c.serve()
 	}
+}
+
+// acceptWillRecover reports whether an accept failed for a reason that
+// passes: the process or the system out of descriptors or memory for the
+// socket (the connection waits in the listener's queue meanwhile), or a
+// timeout. net/http retries on these (net.Error's Temporary); returning
+// would stop the server for good, and with it every stream it carries.
+func acceptWillRecover(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) track(ln net.Listener) bool {
