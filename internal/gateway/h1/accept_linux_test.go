@@ -1,15 +1,16 @@
 package h1
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,10 +19,24 @@ import (
 // descriptors while two connections wait to be accepted: the server backs
 // off instead of returning from Serve (which would stop it for good, and
 // the gateway with it), and serves both once descriptors are free again.
-// Not parallel: it lowers the process's RLIMIT_NOFILE for 100 ms.
+// Not parallel: it lowers the process's RLIMIT_NOFILE until the server has
+// failed to accept twice.
 func TestServerKeepsAcceptingOutOfDescriptors(t *testing.T) {
 	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })}
-	addr := serve(t, s) // its cleanup fails the test if Serve returned anything but ErrServerClosed
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &failCounting{Listener: inner}
+	addr := inner.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = s.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+		}
+	})
 	ap := netip.MustParseAddrPort(addr)
 	sa := &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
 
@@ -89,9 +104,13 @@ func TestServerKeepsAcceptingOutOfDescriptors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The connections are queued on the listener, and every accept
-	// fails, for as long as the fault lasts.
-	time.Sleep(100 * time.Millisecond)
+	// The connections are queued on the listener, and every accept fails
+	// for as long as the fault lasts: it lasts until the server has tried
+	// again after a failure (before the fix, Serve returned at the first).
+	if !waitFor(func() bool { return ln.failed.Load() >= 2 }) {
+		restore()
+		t.Fatalf("the server tried to accept %d times under the fault, want it to keep trying", ln.failed.Load())
+	}
 	restore()
 
 	for i, fd := range fds {
@@ -103,17 +122,16 @@ func TestServerKeepsAcceptingOutOfDescriptors(t *testing.T) {
 		buf := make([]byte, 512)
 		for {
 			n, err := unix.Read(fd, buf)
-			if n > 0 {
-				out = append(out, buf[:n]...)
+			if err == syscall.EINTR {
+				continue
 			}
-			if n <= 0 || err != nil {
-				if err != nil && err != syscall.EINTR {
-					t.Fatalf("client %d: read: %v (got %q)", i, err, out)
-				}
-				if n == 0 {
-					break
-				}
+			if err != nil {
+				t.Fatalf("client %d: read: %v (got %q)", i, err, out)
 			}
+			if n == 0 {
+				break
+			}
+			out = append(out, buf[:n]...)
 		}
 		if !strings.HasPrefix(string(out), "HTTP/1.1 200 OK") || !strings.HasSuffix(string(out), "ok") {
 			t.Fatalf("client %d: answer %q, want 200 and ok", i, out)
@@ -123,6 +141,20 @@ func TestServerKeepsAcceptingOutOfDescriptors(t *testing.T) {
 	if out := rawExchange(t, addr, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.HasSuffix(out, "ok") {
 		t.Fatalf("a new connection: %q", out)
 	}
+}
+
+// failCounting is a listener that counts its failed accepts.
+type failCounting struct {
+	net.Listener
+	failed atomic.Int32
+}
+
+func (l *failCounting) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		l.failed.Add(1)
+	}
+	return c, err
 }
 
 func TestAcceptWillRecover(t *testing.T) {
