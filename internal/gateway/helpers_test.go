@@ -215,10 +215,11 @@ type listening struct {
 
 func listen(t testing.TB, gs *Server) *listening {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lns, err := Listen("127.0.0.1:0") // the product's listener
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := lns[0]
 	l := &listening{URL: "http://" + ln.Addr().String(), served: make(chan error, 1)}
 	go func() { l.served <- gs.Serve(ln) }()
 	return l

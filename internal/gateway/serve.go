@@ -150,21 +150,27 @@ func (s *Server) Close() error {
 // port (with port 0, the one the first got), since "localhost" resolves to
 // either; [::1] is left out, without error, on a machine that has no IPv6
 // loopback. Any other address is one listener, as net.Listen has it.
+// With the h1 engine, the listeners are h1.Listen's, which accept without
+// system calls the scheduler is told of.
 func Listen(addr string) ([]net.Listener, error) {
+	listen := net.Listen
+	if serverEngine == "h1" {
+		listen = h1.Listen
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host != "localhost" {
-		ln, err := net.Listen("tcp", addr)
+		ln, err := listen("tcp", addr)
 		if err != nil {
 			return nil, err
 		}
 		return []net.Listener{ln}, nil
 	}
-	v4, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", port))
+	v4, err := listen("tcp4", net.JoinHostPort("127.0.0.1", port))
 	if err != nil {
 		return nil, err
 	}
 	p := strconv.Itoa(v4.Addr().(*net.TCPAddr).Port)
-	v6, err := net.Listen("tcp6", net.JoinHostPort("::1", p))
+	v6, err := listen("tcp6", net.JoinHostPort("::1", p))
 	switch {
 	case err == nil:
 		return []net.Listener{v4, v6}, nil

@@ -20,10 +20,22 @@ import (
 // off instead of returning from Serve (which would stop it for good, and
 // the gateway with it), and serves both once descriptors are free again.
 // Not parallel: it lowers the process's RLIMIT_NOFILE until the server has
-// failed to accept twice.
+// failed to accept twice. On package net's listener and on Listen's.
 func TestServerKeepsAcceptingOutOfDescriptors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen func(network, address string) (net.Listener, error)
+	}{
+		{"net.Listen", net.Listen},
+		{"Listen", Listen},
+	} {
+		t.Run(tc.name, func(t *testing.T) { keepsAcceptingOutOfDescriptors(t, tc.listen) })
+	}
+}
+
+func keepsAcceptingOutOfDescriptors(t *testing.T, listen func(network, address string) (net.Listener, error)) {
 	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })}
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

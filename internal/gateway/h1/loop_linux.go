@@ -248,7 +248,7 @@ func (st *loopStream) settle() error {
 	if st.cerr == nil {
 		if sc.closesAfter(st.w) {
 			sc.setTail(st.cfd)
-		} else if nc, err := fileConn(st.cfd); err == nil {
+		} else if nc, err := fileConn(st.cfd, sc.nc); err == nil {
 			sc.replaceConn(nc)
 		} else {
 			st.cerr = err
@@ -263,7 +263,7 @@ func (st *loopStream) settle() error {
 	// The backend's: back to the client's pool at a clean end, if the pool
 	// has room for it (else put would close it).
 	if st.ps.end && stillWatched && !st.aborted.Load() && b.reuse && b.cl.hasRoom(c.addr) {
-		if nc, err := fileConn(st.bfd); err == nil {
+		if nc, err := fileConn(st.bfd, c.nc); err == nil {
 			c.setConn(nc)
 			if !c.ab.Watch(nc) {
 				b.reuse = false
@@ -539,12 +539,13 @@ func dupSocket(nc net.Conn) (int, error) {
 	return fd, nil
 }
 
-// fileConn gives the socket fd back to the runtime as a net.Conn (and
-// closes fd, which the net.Conn duplicated).
-func fileConn(fd int) (net.Conn, error) {
-	f := os.NewFile(uintptr(fd), "")
-	defer f.Close()
-	return net.FileConn(f)
+// fileConn gives the socket fd back to the runtime as the net.Conn old
+// was (now closed: its addresses are carried over). Unlike net.FileConn
+// it makes no system call the scheduler is told of: no dup, no address
+// lookups, and none of the options the socket kept (listen_linux.go).
+func fileConn(fd int, old net.Conn) (net.Conn, error) {
+	laddr, raddr := connAddrs(old)
+	return newFdConn(fd, laddr, raddr)
 }
 
 // writeTail sends b on c.tail (see sconn.tail). When the socket cannot take
@@ -600,7 +601,7 @@ func (c *sconn) untail() error {
 	if !ok {
 		return net.ErrClosed
 	}
-	nc, err := fileConn(fd)
+	nc, err := fileConn(fd, c.nc)
 	if err != nil {
 		return err
 	}

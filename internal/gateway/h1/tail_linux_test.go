@@ -46,7 +46,7 @@ func loopProxy(t *testing.T, cl *Client, backend string) string {
 			t.Errorf("EachOnLoop: %v", err)
 		}
 	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
