@@ -28,13 +28,11 @@ var backendClient = "h1"
 
 // newBackendClient returns the h1 client for the proxied requests, with the
 // same dial, keep-alive and header-timeout settings as newTransport; its
-// dials start their connect with a system call the scheduler is not told
-// of (h1.ConnectEarly).
+// dials make no system call the scheduler is told of (h1.Dialer).
 func newBackendClient(dialTimeout, headerTimeout time.Duration) *h1.Client {
-	d := &net.Dialer{
+	d := &h1.Dialer{
 		Timeout: dialTimeout,
-		Control: h1.ConnectEarly,
-		KeepAliveConfig: net.KeepAliveConfig{
+		KeepAlive: net.KeepAliveConfig{
 			Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3,
 		},
 	}
