@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // testBackend is a real HTTP server standing in for an inference instance.
@@ -215,11 +217,15 @@ type listening struct {
 
 func listen(t testing.TB, gs *Server) *listening {
 	t.Helper()
-	lns, err := Listen("127.0.0.1:0") // the product's listener
+	// The product's listener for the engine (Listen): h1's with h1.
+	listen := net.Listen
+	if gs.lean != nil {
+		listen = h1.Listen
+	}
+	ln, err := listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := lns[0]
 	l := &listening{URL: "http://" + ln.Addr().String(), served: make(chan error, 1)}
 	go func() { l.served <- gs.Serve(ln) }()
 	return l

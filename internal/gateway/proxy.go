@@ -987,18 +987,19 @@ func (e *exchange) open(a *attempt) bool {
 		st, e.announced = e.writeHead(a, stream)
 	}
 	var out io.Writer = e.w
-	var rc *http.ResponseController
+	var flush func() error
 	switch {
 	case st != nil:
 		out = &st.out // the headers went out with the hijack
+		flush = st.out.Flush
 	case stream:
-		rc = http.NewResponseController(e.w)
-		// The client sees the status now, before the first token.
-		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
-			rc = nil // a wrapping writer that cannot flush: copy unflushed
+		// The client sees the status now, before the first token. A
+		// wrapping writer that cannot flush: copy unflushed.
+		if flush = flusherOf(e.w); flush != nil && errors.Is(flush(), http.ErrNotSupported) {
+			flush = nil
 		}
 	}
-	e.sink = bodySink{out: out, strip: strip, st: st, rc: rc, flushes: rc != nil || st != nil}
+	e.sink = bodySink{out: out, strip: strip, st: st, flush: flush, flushes: flush != nil}
 	if g.streamIdle > 0 {
 		// idle cancels the attempt when the backend falls silent; it runs
 		// only while a read waits, so a slow client is not taken for a
@@ -1034,7 +1035,7 @@ func (e *exchange) forgetRequest(a *attempt) {
 func (e *exchange) end(a *attempt, rerr error) {
 	resp, s := a.resp, &e.sink
 	if rerr == nil && s.strip != nil && s.strip.flush(s.out) == nil && s.flushes {
-		_ = flushTo(s.st, s.rc)
+		_ = s.flush()
 	}
 	if rerr != nil {
 		if _, ok := rerr.(clientGone); ok || errors.Is(rerr, h1.ErrClientGone) {
@@ -1077,9 +1078,9 @@ type bodySink struct {
 	out     io.Writer
 	strip   *usageStrip // an OpenAI stream's usage chunk, taken out
 	st      *directStream
-	rc      *http.ResponseController
-	flushes bool        // a stream: flushed as it comes
-	idle    *time.Timer // cancels the attempt when the backend falls silent
+	flush   func() error // sends what was written (flusherOf, or st's)
+	flushes bool         // a stream: flushed as it comes
+	idle    *time.Timer  // cancels the attempt when the backend falls silent
 	idleFor time.Duration
 }
 
@@ -1093,7 +1094,7 @@ func (s *bodySink) Emit(p []byte, flush bool) error {
 		_, err = s.out.Write(p)
 	}
 	if err == nil && flush && s.flushes {
-		err = flushTo(s.st, s.rc)
+		err = s.flush()
 	}
 	if err != nil {
 		return clientGone{err}
@@ -1143,13 +1144,24 @@ func copyBody(body io.Reader, s *bodySink) error {
 	}
 }
 
-// flushTo sends what was written to the client: st's gathered chunk, or
-// net/http's buffers.
-func flushTo(st *directStream, rc *http.ResponseController) error {
-	if st != nil {
-		return st.out.Flush()
+// flusherOf returns w's flush, found as http.ResponseController.Flush
+// finds it (FlushError, else Flush, on w or what it wraps through
+// Unwrap), but once for a stream's life instead of at every token; nil if
+// w cannot flush.
+func flusherOf(w http.ResponseWriter) func() error {
+	for range 16 {
+		switch t := w.(type) {
+		case interface{ FlushError() error }:
+			return t.FlushError
+		case http.Flusher:
+			return func() error { t.Flush(); return nil }
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return nil
+		}
 	}
-	return rc.Flush()
+	return nil
 }
 
 // failKeptBackend ends a kept stream (e.kept) whose backend answered an

@@ -52,10 +52,14 @@ type Loop struct {
 	kick int             // eventfd: streams were added
 
 	mu    sync.Mutex
-	slots []*loopStream // by slot; nil when free
+	nslot int32 // slots handed out
 	free  []int32
 	fresh []*loopStream // added, not yet pumped
 	gen   int32         // streams added: tells a slot's streams apart
+
+	// The loop's goroutine's own: the streams by slot, set when one
+	// starts and nil when it ends, read for each event without a lock.
+	slots []*loopStream
 
 	meter   loopMeter    // run's own
 	sharePm atomic.Int32 // busy share of the last window closed, in thousandths
@@ -292,10 +296,9 @@ func (l *Loop) add(st *loopStream) {
 	if n := len(l.free); n > 0 {
 		st.slot = l.free[n-1]
 		l.free = l.free[:n-1]
-		l.slots[st.slot] = st
 	} else {
-		st.slot = int32(len(l.slots))
-		l.slots = append(l.slots, st)
+		st.slot = l.nslot
+		l.nslot++
 	}
 	l.gen++
 	st.gen = l.gen & 0x3fffffff
@@ -345,12 +348,10 @@ func (l *Loop) handle(events []unix.EpollEvent) {
 			}
 			continue
 		}
-		l.mu.Lock()
 		var st *loopStream
 		if int(ev.Fd) < len(l.slots) {
 			st = l.slots[ev.Fd]
 		}
-		l.mu.Unlock()
 		if st == nil || st.gen != ev.Pad>>1 {
 			continue // ended earlier in this batch
 		}
@@ -365,6 +366,10 @@ func (l *Loop) handle(events []unix.EpollEvent) {
 // start registers st's sockets and runs its first turn.
 func (st *loopStream) start() {
 	l := st.l
+	for int(st.slot) >= len(l.slots) {
+		l.slots = append(l.slots, nil)
+	}
+	l.slots[st.slot] = st
 	be := unix.EpollEvent{Events: unix.EPOLLIN, Fd: st.slot, Pad: st.gen<<1 | sideBackend}
 	ce := unix.EpollEvent{Events: 0, Fd: st.slot, Pad: st.gen<<1 | sideClient} // errors and hang-ups only
 	if err := rawEpollCtl(l.ep, unix.EPOLL_CTL_ADD, st.bfd, &be); err != nil {
@@ -507,11 +512,9 @@ func (st *loopStream) end() {
 	l := st.l
 	_ = rawEpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.bfd, nil)
 	_ = rawEpollCtl(l.ep, unix.EPOLL_CTL_DEL, st.cfd, nil)
+	l.slots[st.slot] = nil
 	l.mu.Lock()
-	if l.slots[st.slot] == st {
-		l.slots[st.slot] = nil
-		l.free = append(l.free, st.slot)
-	}
+	l.free = append(l.free, st.slot)
 	l.mu.Unlock()
 	close(st.done)
 }
