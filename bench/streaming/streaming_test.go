@@ -114,10 +114,11 @@ type target struct {
 }
 
 // inOrder is the order of the targets in repetition rep: gateway-alt
-// before gateway in every other repetition. Against the same simulators,
-// the target that comes second read 0-17 % more CPU per stream than the
-// first, the same two builds in both orders (BENCHMARKS.md, issue 19,
-// session 28), so an A/B needs both orders: an even number of repetitions.
+// before gateway in every other repetition, so that an A/B with an even
+// number of repetitions has each build in each place as often. The place
+// is not neutral: the same two builds, one after the other against the
+// same simulators, read 0.90-1.17x for the second over the first
+// (BENCHMARKS.md, issue 19, session 28).
 func inOrder(targets []target, rep int) []target {
 	out := append([]target(nil), targets...)
 	if rep%2 == 1 {
