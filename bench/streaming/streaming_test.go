@@ -63,7 +63,8 @@ const maxGatewayKBPerStream = 25.0
 // 1.03-1.13x over nine invocations, session 14's build the same as its
 // own beside it: the token path costs 0.96x nginx's, the starts and ends
 // more (BENCHMARKS.md, issue 19, session 27), and the guard failed twice
-// on unchanged code.
+// on unchanged code. Session 28, with the connections off package net:
+// 0.94-1.11x per repetition, the means of four invocations 0.96-1.06x.
 const maxCPUOverNginx = 1.10
 
 // nginxMemoryGoalN is the stream count at which the gateway's memory per
