@@ -946,7 +946,7 @@ func (e *exchange) commit(a *attempt) {
 		return
 	}
 	var rerr error
-	if src, ok := a.resp.Body.(*h1.Body); ok && e.sink.flushes {
+	if src, ok := a.resp.Body.(*h1.Body); ok && e.sink.flush != nil {
 		// A stream from the h1 client is read without a buffer of ours, one
 		// read(2) per arrival; to a client of the h1 server, on an event
 		// loop (streamLoop).
@@ -999,7 +999,7 @@ func (e *exchange) open(a *attempt) bool {
 			flush = nil
 		}
 	}
-	e.sink = bodySink{out: out, strip: strip, st: st, flush: flush, flushes: flush != nil}
+	e.sink = bodySink{out: out, strip: strip, st: st, flush: flush}
 	if g.streamIdle > 0 {
 		// idle cancels the attempt when the backend falls silent; it runs
 		// only while a read waits, so a slow client is not taken for a
@@ -1020,7 +1020,7 @@ func (e *exchange) open(a *attempt) bool {
 // outbound request with its headers, the prompt's block hashes. A stream
 // would otherwise hold them for its whole life.
 func (e *exchange) forgetRequest(a *attempt) {
-	e.releaseBody(e.sink.flushes)
+	e.releaseBody(e.sink.flush != nil)
 	e.prefix = nil
 	e.outHdr, e.out, e.outConn = nil, outReq{}, nil
 	e.replay.Reset(nil)
@@ -1034,7 +1034,7 @@ func (e *exchange) forgetRequest(a *attempt) {
 // ended): the usage chunk, a mid-stream failure, the trailers.
 func (e *exchange) end(a *attempt, rerr error) {
 	resp, s := a.resp, &e.sink
-	if rerr == nil && s.strip != nil && s.strip.flush(s.out) == nil && s.flushes {
+	if rerr == nil && s.strip != nil && s.strip.flush(s.out) == nil && s.flush != nil {
 		_ = s.flush()
 	}
 	if rerr != nil {
@@ -1078,8 +1078,7 @@ type bodySink struct {
 	out     io.Writer
 	strip   *usageStrip // an OpenAI stream's usage chunk, taken out
 	st      *directStream
-	flush   func() error // sends what was written (flusherOf, or st's)
-	flushes bool         // a stream: flushed as it comes
+	flush   func() error // a stream's: sends what was written (flusherOf, or st's); nil: not flushed
 	idle    *time.Timer  // cancels the attempt when the backend falls silent
 	idleFor time.Duration
 }
@@ -1093,7 +1092,7 @@ func (s *bodySink) Emit(p []byte, flush bool) error {
 	} else {
 		_, err = s.out.Write(p)
 	}
-	if err == nil && flush && s.flushes {
+	if err == nil && flush && s.flush != nil {
 		err = s.flush()
 	}
 	if err != nil {
@@ -1117,10 +1116,10 @@ func (s *bodySink) Waiting(on bool) {
 type clientGone struct{ error }
 
 // copyBody hands s body's bytes read into a pooled buffer, each read
-// flushed when s.flushes (a stream).
+// flushed when s.flush is set (a stream).
 func copyBody(body io.Reader, s *bodySink) error {
 	pool := &copyBufPool
-	if s.flushes {
+	if s.flush != nil {
 		pool = &streamBufPool
 	}
 	bufp := pool.Get().(*[]byte)

@@ -49,16 +49,16 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		return fail(os.NewSyscallError("socket", e))
 	}
 	fd := int(s)
-	if e := d.setOptions(fd); e != 0 {
+	if e := setTCPOptions(fd, d.KeepAlive); e != 0 {
 		rawClose(fd)
 		return fail(os.NewSyscallError("setsockopt", e))
 	}
+	connect := func() syscall.Errno {
+		_, _, e := syscall.RawSyscall(syscall.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa[0])), n)
+		return e
+	}
 	pending := false
-	for {
-		_, _, e = syscall.RawSyscall(syscall.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa[0])), n)
-		if e != syscall.EINTR {
-			break
-		}
+	for e = connect(); e == syscall.EINTR; e = connect() {
 	}
 	switch e {
 	case 0, syscall.EISCONN:
@@ -66,8 +66,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		// On loopback and near peers the handshake is over by the time
 		// connect returns: asked again, the socket says so (0 the first
 		// time it is asked after the handshake, EISCONN after that).
-		_, _, e = syscall.RawSyscall(syscall.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa[0])), n)
-		switch e {
+		switch e = connect(); e {
 		case 0, syscall.EISCONN:
 		case syscall.EALREADY, syscall.EINPROGRESS, syscall.EINTR:
 			pending = true
@@ -128,9 +127,11 @@ func putPort(p *uint16, port uint16) {
 	b[0], b[1] = byte(port>>8), byte(port)
 }
 
-// setOptions sets TCP_NODELAY and the dialer's keep-alive, as package net
-// does on a dialed connection.
-func (d *Dialer) setOptions(fd int) syscall.Errno {
+// setTCPOptions sets TCP_NODELAY and the keep-alive ka on the socket fd,
+// as package net does on its connections, with raw setsockopt(2): on a
+// dialed socket, and once on a listening one, whose accepted sockets
+// inherit them (Listen).
+func setTCPOptions(fd int, ka net.KeepAliveConfig) syscall.Errno {
 	set := func(level, opt, v int) syscall.Errno {
 		v32 := int32(v)
 		_, _, e := syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v32)), 4, 0)
@@ -139,7 +140,6 @@ func (d *Dialer) setOptions(fd int) syscall.Errno {
 	if e := set(unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); e != 0 {
 		return e
 	}
-	ka := d.KeepAlive
 	if !ka.Enable {
 		return 0
 	}

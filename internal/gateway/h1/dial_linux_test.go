@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestDialerConnectsAsPackageNet(t *testing.T) {
 			defer ln.Close()
 			addr := ln.Addr().String()
 			if tc.dial != "" {
-				addr = net.JoinHostPort(tc.dial[1:len(tc.dial)-1], itoa(uint32(ln.Addr().(*net.TCPAddr).Port)))
+				addr = net.JoinHostPort(tc.dial[1:len(tc.dial)-1], strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 			}
 			d := &Dialer{Timeout: time.Second, KeepAlive: testKeepAlive}
 			c, err := d.DialContext(context.Background(), tc.network, addr)
@@ -139,7 +140,7 @@ func TestDialerFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	port := itoa(uint32(ln.Addr().(*net.TCPAddr).Port))
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	c, err := (&Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp4", net.JoinHostPort("localhost", port))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func fullListenerFd(t *testing.T) (string, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", itoa(uint32(sa.(*unix.SockaddrInet4).Port)))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
 	// Fill the queue: connects that complete until one does not.
 	for i := 0; ; i++ {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
@@ -223,8 +224,6 @@ func TestDialerWaits(t *testing.T) {
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		stop := context.AfterFunc(ctx, func() {})
-		defer stop()
 		timer := time.AfterFunc(50*time.Millisecond, cancel) // whenever it lands, the dial must end Canceled
 		defer timer.Stop()
 		_, err := (&Dialer{}).DialContext(ctx, "tcp", addr)

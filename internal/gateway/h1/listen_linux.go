@@ -33,6 +33,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,7 +73,12 @@ func Listen(network, address string) (net.Listener, error) {
 	}
 	l := &Listener{f: f, addr: ln.Addr()}
 	if l.rc, err = f.SyscallConn(); err == nil {
-		err = inheritedOptions(l.rc)
+		// Package net's default keep-alive for accepted connections.
+		var e syscall.Errno
+		err = l.rc.Control(func(fd uintptr) { e = setTCPOptions(int(fd), net.KeepAliveConfig{Enable: true}) })
+		if err == nil && e != 0 {
+			err = os.NewSyscallError("setsockopt", e)
+		}
 	}
 	if err != nil {
 		_ = f.Close()
@@ -80,30 +86,6 @@ func Listen(network, address string) (net.Listener, error) {
 	}
 	l.afn = l.accept4
 	return l, nil
-}
-
-// inheritedOptions sets, on a listening socket, the options its accepted
-// sockets inherit: TCP_NODELAY and package net's default keep-alive.
-func inheritedOptions(rc syscall.RawConn) error {
-	var err error
-	cerr := rc.Control(func(fd uintptr) {
-		for _, o := range []struct{ level, opt, v int }{
-			{unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
-			{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(keepAliveIdle / time.Second)},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(keepAliveInterval / time.Second)},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount},
-		} {
-			if e := unix.SetsockoptInt(int(fd), o.level, o.opt, o.v); e != nil {
-				err = os.NewSyscallError("setsockopt", e)
-				return
-			}
-		}
-	})
-	if cerr != nil {
-		return cerr
-	}
-	return err
 }
 
 // Listener is Listen's listener.
@@ -188,24 +170,12 @@ func sockaddrAddr(rsa *unix.RawSockaddrAny) net.Addr {
 			if ifi, err := net.InterfaceByIndex(int(id)); err == nil {
 				a.Zone = ifi.Name
 			} else {
-				a.Zone = itoa(id) // as package net names an interface it cannot find
+				a.Zone = strconv.FormatUint(uint64(id), 10) // as package net names an interface it cannot find
 			}
 		}
 		return a
 	}
 	return nil
-}
-
-func itoa(u uint32) string {
-	var b [10]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + u%10)
-		if u /= 10; u == 0 {
-			return string(b[i:])
-		}
-	}
 }
 
 // fdConn is a TCP connection over a socket descriptor of its own, held by

@@ -1,7 +1,6 @@
 package h1
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"syscall"
 	"unsafe"
@@ -127,28 +126,11 @@ func ConnectEarly(network, address string, c syscall.RawConn) error {
 		return nil
 	}
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return nil
+	if err != nil || ap.Addr().Zone() != "" {
+		return nil // a scope id: the dialer's own connect
 	}
-	var sa [28]byte // sockaddr_in or sockaddr_in6
-	var n uintptr
-	port := ap.Port()
-	if a := ap.Addr(); a.Is4() {
-		binary.NativeEndian.PutUint16(sa[0:], unix.AF_INET)
-		binary.BigEndian.PutUint16(sa[2:], port)
-		a4 := a.As4()
-		copy(sa[4:8], a4[:])
-		n = unix.SizeofSockaddrInet4
-	} else {
-		if a.Zone() != "" {
-			return nil // scope ids: the dialer's own connect
-		}
-		binary.NativeEndian.PutUint16(sa[0:], unix.AF_INET6)
-		binary.BigEndian.PutUint16(sa[2:], port)
-		a16 := a.As16()
-		copy(sa[8:24], a16[:])
-		n = unix.SizeofSockaddrInet6
-	}
+	var sa [unix.SizeofSockaddrInet6]byte
+	n := sockaddrOf(&sa, ap.Addr(), ap.Port())
 	_ = c.Control(func(fd uintptr) {
 		_, _, _ = syscall.RawSyscall(syscall.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&sa[0])), n)
 	})
