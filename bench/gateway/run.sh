@@ -12,8 +12,10 @@
 #   DURATION=10s      wrk -d, per run
 #   CONNECTIONS=64    wrk -c
 #   THREADS=2         wrk -t
-#   RUNS=3            runs per target; targets are interleaved (A B C D A B C D ...)
-#                     and the median of the runs is reported
+#   RUNS=3            runs per target; targets are interleaved, every other
+#                     run in the reverse order (A B C D, D C B A, ...), since
+#                     the same build reads up to 10 % apart by its place in
+#                     the order alone; the median of the runs is reported
 #   WARMUP=2s         an unreported wrk run against each target first
 #   MODES="get post"  get:  GET /api/tags, no body
 #                     post: POST /api/chat with a 118-byte JSON body
@@ -67,6 +69,15 @@
 #                     orders, the two binaries swapped, as the geometric
 #                     mean of new/old and 1/(old/new); bench/gateway/ab.sh
 #                     does that
+#   FLOORS=""         enginefloor engines (bench/gateway/enginefloor: loop,
+#                     corolocked, coro, raw, h1pass, h1server, h1, fasthttp,
+#                     nethttp) run as more targets of the one-at-a-time
+#                     modes, each a bare proxy to the first backend: the
+#                     floor of each concurrency model and engine in the
+#                     same runs as HAProxy and the gateway, read as req/s
+#                     against HAProxy's in the same run (item 3 of issue 19
+#                     is a one-at-a-time req/s goal, which paired CPU per
+#                     request does not tell)
 #   PAIR_PEERS="haproxy nginx"
 #                     the peer proxies of the paired modes (any of haproxy
 #                     and nginx, or none when TIDEGPU_BASE_BIN is set: the
@@ -91,6 +102,10 @@ for p in $PAIR_PEERS; do
 done
 [[ -n $PAIR_PEERS || -n ${TIDEGPU_BASE_BIN:-} ]] || { echo "run.sh: PAIR_PEERS is empty: name haproxy or nginx, or set TIDEGPU_BASE_BIN" >&2; exit 1; }
 [[ $BACKENDS =~ ^[0-9]+$ ]] && ((BACKENDS >= 1 && BACKENDS <= 64)) || { echo "run.sh: BACKENDS=$BACKENDS: want a number of backends from 1 to 64" >&2; exit 1; }
+FLOORS=${FLOORS:-}
+for e in $FLOORS; do
+	[[ $e =~ ^(loop|corolocked|coro|raw|h1pass|h1server|h1|fasthttp|nethttp)$ ]] || { echo "run.sh: FLOORS=$FLOORS: $e is not an enginefloor engine (want loop, corolocked, coro, raw, h1pass, h1server, h1, fasthttp or nethttp)" >&2; exit 1; }
+done
 [[ $PROMPT_DISTINCT == [01] ]] || { echo "run.sh: PROMPT_DISTINCT=$PROMPT_DISTINCT: want 0 (one prompt for all) or 1 (a prompt of its own per request)" >&2; exit 1; }
 [[ $PROMPT_BYTES =~ ^[0-9]+$ ]] && ((PROMPT_BYTES <= 65536)) || { echo "run.sh: PROMPT_BYTES=$PROMPT_BYTES: want a number of bytes from 0 to 65536" >&2; exit 1; }
 
@@ -315,6 +330,21 @@ declare -A tpid=([backend]=$backend_pid [haproxy]=$haproxy_pid [nginx]=$nginx_pi
 if [[ -n ${base_pid:-} ]]; then
 	port[base]=$base_port tpid[base]=$base_pid
 fi
+
+# ---------------------------------------------------------------- engine floors (FLOORS)
+declare -A label=()
+if [[ -n $FLOORS ]]; then
+	log "building enginefloor into $tmp"
+	(cd "$repo" && go build -o "$tmp/enginefloor" ./bench/gateway/enginefloor)
+	for e in $FLOORS; do
+		p=$(free_port)
+		"$tmp/enginefloor" -engine "$e" -listen "127.0.0.1:$p" -backend "127.0.0.1:$backend_port" >"$tmp/floor-$e.log" 2>&1 &
+		pids+=($!)
+		targets+=("floor-$e")
+		port[floor-$e]=$p tpid[floor-$e]=$!
+		label[floor-$e]="floor: enginefloor -engine $e (not the gateway)"
+	done
+fi
 clk_tck=$(getconf CLK_TCK)
 
 # cpu_ticks PID: "TOTAL SYSTEM", the user+system CPU time and the system
@@ -330,7 +360,7 @@ cpu_ticks() {
 	done
 	echo "$total $sys"
 }
-declare -A label=(
+label+=(
 	[backend]="baseline: wrk → backend (no proxy)"
 	[haproxy]="HAProxy $(haproxy -v | sed -n '1s/^HAProxy version \([^ ]*\).*/\1/p')"
 	[nginx]="nginx $(nginx -v 2>&1 | sed -n 's|^nginx version: nginx/||p') (proxy_pass)"
@@ -531,7 +561,7 @@ cat <<EOF
 
 Proxy overhead benchmark — $(date -u +%Y-%m-%dT%H:%M:%SZ)
   machine: $(nproc) CPU(s), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r)
-  wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, $RUNS runs per target, interleaved; medians reported
+  wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, $RUNS runs per target, interleaved (every other run in reverse order); medians reported
   backend: nginx, 1 worker, fixed ${#body}-byte JSON body (return 200), keep-alive; ${BACKENDS} backend(s) (ports of that worker) in every proxy's pool
   NOTE: wrk, the proxy under test and the backend all share these $(nproc) CPU(s), so
   each number measures the whole path competing for the same cores, not the
@@ -559,7 +589,12 @@ for mode in $MODES; do
 	done
 	declare -A rps=() p50=() p99=() errs=() cpu=() nbr=() mach=() sys=()
 	for run in $(seq 1 "$RUNS"); do
-		for t in "${targets[@]}"; do
+		order=("${targets[@]}")
+		if ((run % 2 == 0)); then
+			order=()
+			for ((i = ${#targets[@]} - 1; i >= 0; i--)); do order+=("${targets[$i]}"); done
+		fi
+		for t in "${order[@]}"; do
 			log "mode $mode: run $run/$RUNS: $t"
 			f="$results/$mode-$t-run$run.txt"
 			wrk_run "$t" "$mode" "$DURATION" "$f"

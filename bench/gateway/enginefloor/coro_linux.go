@@ -19,6 +19,13 @@ package main
 // stream loops do, internal/gateway/h1/loop_linux.go), so that a
 // coroutine could also be handed to an ordinary goroutine when it has to
 // wait for something that is not a socket.
+//
+// -engine corolocked is the same loops, each on a thread of its own
+// (runtime.LockOSThread) that waits in a blocking epoll_wait, as -engine
+// loop's do: the runtime's poller and scheduler take no part between two
+// batches. Beside -engine coro and -engine loop it tells apart what the
+// blocking style costs (corolocked against loop) from what the wait in
+// the runtime's poller costs (coro against corolocked).
 
 import (
 	"errors"
@@ -26,6 +33,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 	"unsafe"
 
@@ -33,6 +41,19 @@ import (
 )
 
 func serveCoroLoops(listen, backend string) { servePerProcessor(listen, backend, coroLoop) }
+
+func serveCoroLockedLoops(listen, backend string) {
+	servePerProcessor(listen, backend, coroLockedLoop)
+}
+
+// coroLoop serves the connections of the listening socket ln, forwarding
+// to ba, waiting in the runtime's poller; it returns only on a failure to
+// start.
+func coroLoop(ln int, ba *net.TCPAddr) error { return coroServe(ln, ba, false) }
+
+// coroLockedLoop is coroLoop on a locked thread that waits in a blocking
+// epoll_wait.
+func coroLockedLoop(ln int, ba *net.TCPAddr) error { return coroServe(ln, ba, true) }
 
 var errStopped = errors.New("stopped")
 
@@ -98,21 +119,14 @@ func (c *coConn) serve() {
 	}
 }
 
-// coroLoop serves the connections of the listening socket ln, forwarding
-// to ba; it returns only on a failure to start.
-func coroLoop(ln int, ba *net.TCPAddr) error {
+// coroServe runs one loop of coroutines on ln (see coroLoop); locked: on
+// a thread of its own, waiting in a blocking epoll_wait.
+func coroServe(ln int, ba *net.TCPAddr, locked bool) error {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return err
 	}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ln, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
-		return err
-	}
-	if err := unix.SetNonblock(ep, true); err != nil {
-		return err
-	}
-	epc, err := os.NewFile(uintptr(ep), "epoll").SyscallConn()
-	if err != nil {
 		return err
 	}
 	bsa := sockaddr(ba)
@@ -164,6 +178,40 @@ func coroLoop(ln int, ba *net.TCPAddr) error {
 			resume(slot)
 		}
 	}
+	// batch serves the events of one wait.
+	batch := func(evs []unix.EpollEvent) {
+		for _, ev := range evs {
+			if ev.Fd == -1 {
+				accept()
+				continue
+			}
+			resume(ev.Fd)
+		}
+	}
+	if locked {
+		runtime.LockOSThread()
+		for {
+			n, e := unix.EpollWait(ep, events, -1)
+			if e == unix.EINTR {
+				continue
+			}
+			if e != nil {
+				log.Fatal("epoll_wait: ", e)
+			}
+			batch(events[:n])
+		}
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		return err
+	}
+	// The *os.File must stay reachable while the loop runs: collected, its
+	// finalizer would close ep.
+	f := os.NewFile(uintptr(ep), "epoll")
+	defer runtime.KeepAlive(f)
+	epc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
 	err = epc.Read(func(uintptr) bool {
 		for {
 			n, e := epollWaitNow(ep, events)
@@ -176,13 +224,7 @@ func coroLoop(ln int, ba *net.TCPAddr) error {
 			if n == 0 {
 				return false
 			}
-			for _, ev := range events[:n] {
-				if ev.Fd == -1 {
-					accept()
-					continue
-				}
-				resume(ev.Fd)
-			}
+			batch(events[:n])
 		}
 	})
 	return err

@@ -11,3 +11,7 @@ func serveLoops(listen, backend string) {
 func serveCoroLoops(listen, backend string) {
 	log.Fatal("-engine coro: epoll, Linux only")
 }
+
+func serveCoroLockedLoops(listen, backend string) {
+	log.Fatal("-engine corolocked: epoll, Linux only")
+}

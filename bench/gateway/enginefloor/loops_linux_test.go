@@ -14,6 +14,10 @@ import (
 // sockets.
 func TestCoroLoopProxies(t *testing.T) { checkLoopProxies(t, coroLoop) }
 
+// TestCoroLockedLoopProxies runs one coroutine loop on a locked thread
+// (-engine corolocked) on real sockets.
+func TestCoroLockedLoopProxies(t *testing.T) { checkLoopProxies(t, coroLockedLoop) }
+
 // TestLoopProxies runs one event loop (-engine loop) on real sockets.
 func TestLoopProxies(t *testing.T) { checkLoopProxies(t, loop) }
 

@@ -12,6 +12,9 @@
 //	                  (loop_linux.go): the floor of an event-loop design
 //	-engine coro:     the same loops running each connection's blocking-
 //	                  style code as a coroutine (coro_linux.go)
+//	-engine corolocked: -engine coro with each loop on a thread of its own
+//	                  that waits in a blocking epoll_wait, as -engine
+//	                  loop's do (coro_linux.go)
 //	-engine raw:      that code on a goroutine per connection, through the
 //	                  runtime's poller, with no HTTP engine (raw.go)
 //	-engine h1server: h1.Server in front of -engine raw's backend side
@@ -42,7 +45,7 @@ import (
 )
 
 func main() {
-	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, h1server, h1pass, loop, coro or raw")
+	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, h1server, h1pass, loop, coro, corolocked or raw")
 	listen := flag.String("listen", "127.0.0.1:18080", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:18081", "the backend's host:port")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-for here")
@@ -84,6 +87,8 @@ func main() {
 		serveLoops(*listen, *backend)
 	case "coro":
 		serveCoroLoops(*listen, *backend)
+	case "corolocked":
+		serveCoroLockedLoops(*listen, *backend)
 	case "raw":
 		serveRaw(*listen, *backend)
 	case "h1server":
@@ -99,7 +104,7 @@ func main() {
 		}
 		log.Fatal((&h1.Server{Handler: h1Pass(*backend)}).Serve(ln))
 	default:
-		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, h1server, h1pass, loop, coro or raw", *engine)
+		log.Fatalf("-engine %q: want nethttp, fasthttp, h1, h1server, h1pass, loop, coro, corolocked or raw", *engine)
 	}
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs bench/gateway/run.sh with enginefloor (ENGINE=nethttp|fasthttp|h1|h1server|h1pass|loop|coro|raw,
+# Runs bench/gateway/run.sh with enginefloor (ENGINE=nethttp|fasthttp|h1|h1server|h1pass|loop|coro|corolocked|raw,
 # default fasthttp) in the gateway's place: the "tidegpu gateway" row of its
 # tables is then the engine's floor as a plain reverse proxy.
 set -euo pipefail
