@@ -315,8 +315,26 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 	c := b.c
 	s.Waiting(false)
 	for {
-		if stop, wait := b.emitBuffered(s, ps); stop {
-			return wait
+		for {
+			p, e, err := b.avail()
+			if err != nil || e {
+				ps.rerr, ps.end = err, e
+				return false
+			}
+			if len(p) == 0 {
+				break
+			}
+			ps.ferr = s.Emit(p, !b.readyAfter(len(p)))
+			if b.advance(len(p)) {
+				ps.end = true
+				return false
+			}
+			if ps.ferr != nil {
+				return false
+			}
+			if ps.held {
+				return true // the client takes what was written first
+			}
 		}
 		if ps.drained {
 			ps.drained = false
@@ -338,34 +356,6 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 		c.w += n
 		c.got += n
 		ps.drained = n < room
-	}
-}
-
-// emitBuffered is pump's first part: it hands s what is buffered. It
-// stops (stop) when the body ended or failed or s failed (wait false), or
-// when the client holds the stream (wait true: it takes what was written
-// first); else the buffer is empty and the socket is next.
-func (b *Body) emitBuffered(s Sink, ps *pumpState) (stop, wait bool) {
-	for {
-		p, e, err := b.avail()
-		if err != nil || e {
-			ps.rerr, ps.end = err, e
-			return true, false
-		}
-		if len(p) == 0 {
-			return false, false
-		}
-		ps.ferr = s.Emit(p, !b.readyAfter(len(p)))
-		if b.advance(len(p)) {
-			ps.end = true
-			return true, false
-		}
-		if ps.ferr != nil {
-			return true, false
-		}
-		if ps.held {
-			return true, true
-		}
 	}
 }
 

@@ -203,16 +203,6 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 	if err != nil {
 		return b.Each(s)
 	}
-	// What came with the head (a backend that answers at its first token
-	// sends both in one write) goes out now, from this goroutine: on the
-	// loop it would wait for the loop's next turn, which under load is the
-	// tail of the time to first token. The client's socket is still the
-	// runtime's, so the write blocks as any handler's does.
-	var ps pumpState
-	s.Waiting(false)
-	if stop, _ := b.emitBuffered(s, &ps); stop {
-		return b.eachResult(&ps, nil) // ended, or failed, with the head
-	}
 	c, sc := b.c, r.c
 	bfd, err := dupSocket(c.nc)
 	if err != nil {
@@ -223,7 +213,7 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 		rawClose(bfd)
 		return b.Each(s)
 	}
-	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, ps: ps, open: true, done: make(chan struct{})}
+	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
 	// The request's context now ends the stream instead of closing the
 	// backend connection.
 	if !c.ab.Unwatch(c.nc) || !c.ab.Watch(st) {
