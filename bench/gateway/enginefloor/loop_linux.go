@@ -31,7 +31,7 @@ type side struct {
 func serveLoops(listen, backend string) { servePerProcessor(listen, backend, loop) }
 
 // servePerProcessor runs serve on a listening socket of its own (SO_REUSEPORT)
-// for each processor, until one fails.
+// for each processor (or each of -loops), until one fails.
 func servePerProcessor(listen, backend string, serve func(ln int, ba *net.TCPAddr) error) {
 	la, err := net.ResolveTCPAddr("tcp", listen)
 	if err != nil {
@@ -42,7 +42,11 @@ func servePerProcessor(listen, backend string, serve func(ln int, ba *net.TCPAdd
 		log.Fatal(err)
 	}
 	done := make(chan error)
-	for range runtime.GOMAXPROCS(0) {
+	n := loops
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	for range n {
 		ln, err := reusePortListener(la)
 		if err != nil {
 			log.Fatal(err)

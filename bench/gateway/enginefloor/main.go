@@ -15,12 +15,15 @@
 //	-engine corolocked: -engine coro with each loop on a thread of its own
 //	                  that waits in a blocking epoll_wait, as -engine
 //	                  loop's do (coro_linux.go)
-//	-engine raw:      that code on a goroutine per connection, through the
+//	-engine raw:      coro's code on a goroutine per connection, through the
 //	                  runtime's poller, with no HTTP engine (raw.go)
 //	-engine h1server: h1.Server in front of -engine raw's backend side
 //	                  (h1server.go): the h1 engine's server side alone
 //	-engine h1pass:   h1.Server and h1.Client driven as the gateway drives
 //	                  them, with none of its own work (h1pass.go)
+//
+// -loops sets how many loops the loop engines run (one per processor by
+// default); -lateness logs how late a goroutine outside them wakes.
 //
 // bench/gateway/enginefloor/run.sh runs it in bench/gateway/run.sh's place
 // of the gateway, beside HAProxy and nginx.
@@ -44,13 +47,22 @@ import (
 	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
+// loops is how many loops the loop engines run (-loops); 0: one per
+// processor.
+var loops int
+
 func main() {
 	engine := flag.String("engine", "nethttp", "nethttp, fasthttp, h1, h1server, h1pass, loop, coro, corolocked or raw")
 	listen := flag.String("listen", "127.0.0.1:18080", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:18081", "the backend's host:port")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-for here")
 	profileFor := flag.Duration("profile-for", 10*time.Second, "how long -cpuprofile records")
+	flag.IntVar(&loops, "loops", 0, "loops of -engine loop, coro and corolocked (0: one per processor, GOMAXPROCS)")
+	late := flag.Duration("lateness", 0, "if set, log how late 1 ms sleeps outside the loops wake, over each such period")
 	flag.Parse()
+	if *late > 0 {
+		go lateness(*late)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
