@@ -125,7 +125,7 @@ cleanup() {
 	local status=$? pid f
 	if ((status != 0)); then
 		echo "run.sh: failed (exit $status); logs in $tmp:" >&2
-		for f in "$tmp"/haproxy.log "$tmp"/gateway.log "$tmp"/base.log "$tmp"/nginx-*/error.log; do
+		for f in "$tmp"/haproxy.log "$tmp"/gateway.log "$tmp"/base.log "$tmp"/floor-*.log "$tmp"/nginx-*/error.log; do
 			[[ -s $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
 		done
 	fi

@@ -204,11 +204,7 @@ func coroServe(ln int, ba *net.TCPAddr, locked bool) error {
 	if err := unix.SetNonblock(ep, true); err != nil {
 		return err
 	}
-	// The *os.File must stay reachable while the loop runs: collected, its
-	// finalizer would close ep.
-	f := os.NewFile(uintptr(ep), "epoll")
-	defer runtime.KeepAlive(f)
-	epc, err := f.SyscallConn()
+	epc, err := os.NewFile(uintptr(ep), "epoll").SyscallConn()
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,9 @@ package main
 
 import (
 	"log"
-	"slices"
 	"time"
+
+	routingbench "github.com/tidegpu/tidegpu/bench/routing"
 )
 
 // lateness logs, every period, how late a goroutine outside the proxy's
@@ -20,20 +21,9 @@ func lateness(period time.Duration) {
 		time.Sleep(time.Millisecond)
 		lates = append(lates, time.Since(a)-time.Millisecond)
 		if time.Since(t0) >= period {
-			p50, p99, max := latenessSummary(lates)
-			log.Printf("lateness of 1 ms sleeps over %d: p50 %v p99 %v max %v", len(lates), p50, p99, max)
+			log.Printf("lateness of 1 ms sleeps over %d: p50 %v p99 %v max %v", len(lates),
+				routingbench.Percentile(lates, 50), routingbench.Percentile(lates, 99), routingbench.Percentile(lates, 100))
 			lates, t0 = lates[:0], time.Now()
 		}
 	}
-}
-
-// latenessSummary returns the median, the 99th percentile (nearest rank)
-// and the maximum of d, sorting it; zeros for none.
-func latenessSummary(d []time.Duration) (p50, p99, max time.Duration) {
-	if len(d) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(d)
-	rank := func(p int) time.Duration { return d[(len(d)*p+99)/100-1] }
-	return rank(50), rank(99), d[len(d)-1]
 }
