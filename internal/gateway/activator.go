@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 	"k8s.io/utils/clock"
 )
 
@@ -158,6 +159,7 @@ func (e *exchange) hold(pools []string) *Upstream {
 	defer act.leave(e.pool, pools, w)
 	g.metrics.activated()
 	ka := e.keepAliveKind()
+	h1.Detach(e.r.Context()) // a wait for an instance, not for a socket
 	deadline := g.clock.NewTimer(act.wait)
 	defer deadline.Stop()
 	var tick clock.Timer

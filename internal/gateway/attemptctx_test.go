@@ -191,6 +191,7 @@ func TestAttemptCtxUnderTheH1Server(t *testing.T) {
 		}
 		// /gone: the client leaves while the attempt waits.
 		a := newAttemptCtx(r.Context())
+		h1.Detach(r.Context()) // the wait below is not for a socket (h1.Detach)
 		<-a.Done()
 		gone <- a.Cause()
 	})

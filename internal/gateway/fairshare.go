@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidegpu/tidegpu/internal/fairq"
+	"github.com/tidegpu/tidegpu/internal/gateway/h1"
 )
 
 // Fair share under saturation. With Options.BackendMaxInFlight set, a
@@ -484,6 +485,7 @@ func (e *exchange) queue() (*Upstream, bool) {
 			fmt.Sprintf("every backend of the pool is busy and %d requests wait for it (--backend-queue): retry later", f.limit)}
 		return nil, true
 	}
+	h1.Detach(e.r.Context()) // a wait for a turn, not for a socket
 	deadline := g.clock.NewTimer(f.wait)
 	defer deadline.Stop()
 	for {

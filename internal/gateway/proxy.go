@@ -148,6 +148,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// stack, under which the stream waits for tokens (see serveApart).
 	ok := false
 	if e.asksToStream() {
+		// A stream waits for its worker and then for tokens: off the
+		// h1 server's serve loop (a no-op elsewhere).
+		h1.Detach(r.Context())
 		ok = e.serveApart()
 	} else {
 		// An answer that does not stream is over soon: served in place,
@@ -629,6 +632,7 @@ func (e *exchange) next() *Upstream {
 		if left <= 0 {
 			return nil
 		}
+		h1.Detach(e.r.Context()) // a wait for a backend, not for a socket
 		t := g.clock.NewTimer(left)
 		select {
 		case <-ch:

@@ -45,8 +45,8 @@ type Client struct {
 	passHeads     bool
 
 	mu     sync.Mutex
-	idle   map[string]*[]*conn // LIFO per address (a pointer: one lookup per get or put)
-	sweep  *time.Timer         // closes connections idle too long; nil when none idle
+	idle   map[poolKey]*[]*conn // LIFO per address and serve loop (a pointer: one lookup per get or put)
+	sweep  *time.Timer          // closes connections idle too long; nil when none idle
 	closed bool
 }
 
@@ -69,7 +69,7 @@ type Options struct {
 
 // New returns a Client.
 func New(o Options) *Client {
-	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, passHeads: o.PassHeads, idle: map[string]*[]*conn{}}
+	c := &Client{dial: o.Dial, headerTimeout: o.ResponseHeaderTimeout, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdlePerHost, passHeads: o.PassHeads, idle: map[poolKey]*[]*conn{}}
 	if c.dial == nil {
 		c.dial = (&net.Dialer{Timeout: 30 * time.Second}).DialContext
 	}
@@ -217,9 +217,11 @@ func (cl *Client) headerErr(err error) error {
 
 // get returns a pooled connection to addr, or a new one.
 func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
+	co := coroOf(ctx)
+	loop := co.loopIndex()
 	for {
 		cl.mu.Lock()
-		p := cl.idle[addr]
+		p := cl.idle[poolKey{addr, loop}]
 		if p == nil || len(*p) == 0 {
 			cl.mu.Unlock()
 			break
@@ -231,6 +233,7 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 		cl.mu.Unlock()
 		idle := time.Since(c.idleSince)
 		if idle < cl.idleTimeout && (idle < checkAlive || c.alive()) {
+			co.bind(c)
 			return c, true, nil
 		}
 		c.close()
@@ -239,21 +242,35 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return newConn(nc, addr), false, nil
+	c := newConn(nc, addr)
+	co.bind(c)
+	return c, false, nil
+}
+
+// poolKey names an idle list: the connections to an address, for requests
+// served on one serve loop (loop; -1: on goroutines), whose sockets wait
+// on it.
+type poolKey struct {
+	addr string
+	loop int
 }
 
 // hasRoom reports whether put would pool a connection to addr now.
-func (cl *Client) hasRoom(addr string) bool {
+func (cl *Client) hasRoom(c *conn) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return !cl.closed && idleLen(cl.idle[addr]) < cl.maxIdle
+	return !cl.closed && idleLen(cl.idle[poolKey{c.addr, c.loop}]) < cl.maxIdle
 }
 
 // put pools c for the next request to its address.
 func (cl *Client) put(c *conn) {
+	if c.co != nil {
+		c.co.unbind(c)
+	}
 	c.idleSince = time.Now()
 	cl.mu.Lock()
-	p := cl.idle[c.addr]
+	key := poolKey{c.addr, c.loop}
+	p := cl.idle[key]
 	if cl.closed || idleLen(p) >= cl.maxIdle {
 		cl.mu.Unlock()
 		c.close()
@@ -261,7 +278,7 @@ func (cl *Client) put(c *conn) {
 	}
 	if p == nil {
 		p = new([]*conn)
-		cl.idle[c.addr] = p
+		cl.idle[key] = p
 	}
 	*p = append(*p, c)
 	if cl.sweep == nil {

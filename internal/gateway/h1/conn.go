@@ -22,6 +22,10 @@ type conn struct {
 	nc   net.Conn
 	sk   *sock // its writes, and its RawConn (sk.rc; nil: not a socket, reads go through nc)
 	addr string
+	// loop is the serve loop whose requests it serves and whose pool it
+	// goes back to (-1: none); co the coroutine whose request holds it.
+	loop int
+	co   *coro
 
 	// raw[r:w] are the bytes read and not yet handed on; raw is nil when
 	// there are none (and the buffer is back in rawPool).
@@ -61,7 +65,7 @@ type Abortable interface {
 }
 
 func newConn(nc net.Conn, addr string) *conn {
-	c := &conn{addr: addr}
+	c := &conn{addr: addr, loop: -1}
 	c.setConn(nc)
 	c.closeFn = func() { _ = c.nc.Close() }
 	return c
@@ -110,6 +114,9 @@ func (c *conn) unwatch() bool {
 }
 
 func (c *conn) close() {
+	if c.co != nil {
+		c.co.unbind(c)
+	}
 	c.unwatch()
 	_ = c.nc.Close()
 	c.release()

@@ -78,7 +78,16 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		rawClose(fd)
 		return fail(os.NewSyscallError("connect", e))
 	}
-	nc, err := newFdConn(fd, nil, raddr)
+	co := coroOf(ctx)
+	var nc net.Conn
+	if co != nil {
+		nc, err = newLooseFdConn(fd, nil, raddr)
+		if err == nil {
+			nc.(*fdConn).co = co
+		}
+	} else {
+		nc, err = newFdConn(fd, nil, raddr)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -187,7 +196,7 @@ func count(n, def int) int {
 	return n
 }
 
-// await waits, in the runtime's poller, for the connect under way on c to
+// await waits, in the runtime's poller or on c's serve loop, for the connect under way on c to
 // end: until the socket is writable and says how it went (SO_ERROR), as
 // package net waits, within the dialer's timeout and ctx.
 func (d *Dialer) await(ctx context.Context, c *fdConn) error {
@@ -198,13 +207,18 @@ func (d *Dialer) await(ctx context.Context, c *fdConn) error {
 		}
 	}
 	if hasDeadline {
-		if err := c.f.SetWriteDeadline(deadline); err != nil {
+		if err := c.SetWriteDeadline(deadline); err != nil {
 			return err
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.f.SetWriteDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, func() { _ = c.SetWriteDeadline(aLongTimeAgo) })
 	var serr syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
+	write := c.rc.Write
+	if c.co != nil {
+		// On a serve loop's coroutine (c is loose): the loop waits.
+		write = func(f func(uintptr) bool) error { return c.co.wait(c, f, &c.wdl) }
+	}
+	err := write(func(fd uintptr) bool {
 		v, e := rawSockError(int(fd))
 		switch {
 		case e != 0:
@@ -236,7 +250,7 @@ func (d *Dialer) await(ctx context.Context, c *fdConn) error {
 	if serr != 0 {
 		return os.NewSyscallError("connect", serr)
 	}
-	return c.f.SetWriteDeadline(time.Time{})
+	return c.SetWriteDeadline(time.Time{})
 }
 
 // rawSockError reads and clears the socket's pending error (SO_ERROR).

@@ -94,6 +94,7 @@ type Listener struct {
 	rc     syscall.RawConn
 	addr   net.Addr
 	closed atomic.Bool
+	loose  atomic.Bool // accepted sockets are loose (a Server with serve loops)
 
 	mu   sync.Mutex // one Accept at a time: the fields below are its
 	afn  func(uintptr) bool
@@ -133,6 +134,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 	if l.aerr != nil {
 		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.addr, Err: os.NewSyscallError("accept4", l.aerr)}
+	}
+	if l.loose.Load() {
+		return newLooseFdConn(l.nfd, nil, sockaddrAddr(&l.rsa))
 	}
 	return newFdConn(l.nfd, nil, sockaddrAddr(&l.rsa))
 }
@@ -188,6 +192,20 @@ type fdConn struct {
 
 	lmu   sync.Mutex
 	laddr net.Addr // nil until asked (LocalAddr)
+
+	// A loose socket (newLooseFdConn) is not in the runtime's poller: it
+	// waits on a serve loop (serveloop_linux.go), for co, the coroutine
+	// that uses it, registered as reg once it first waits. Its deadlines
+	// (mono; 0: none) are the loop's.
+	loose   bool
+	co      *coro
+	reg     atomic.Pointer[loopReg]
+	rdl     atomic.Int64
+	wdl     atomic.Int64
+	watcher *sconn // the server connection whose client socket it is
+	cf      func(uintptr) bool
+	cdone   bool
+	ctrlFn  func(uintptr)
 }
 
 // newFdConn makes a connection of the non-blocking socket fd, with its
@@ -200,6 +218,48 @@ func newFdConn(fd int, laddr, raddr net.Addr) (net.Conn, error) {
 		return nil, err
 	}
 	return &fdConn{f: f, rc: rc, laddr: laddr, raddr: raddr}, nil
+}
+
+// newLooseFdConn makes a loose connection of the non-blocking socket fd
+// (see fdConn): os.NewFile registers with the runtime's poller only a
+// descriptor that is non-blocking, so fd is made blocking for the call and
+// non-blocking again after it.
+func newLooseFdConn(fd int, laddr, raddr net.Addr) (net.Conn, error) {
+	if err := setBlocking(fd, true); err != nil {
+		rawClose(fd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	f := os.NewFile(uintptr(fd), "tcp")
+	if err := setBlocking(fd, false); err != nil {
+		_ = f.Close()
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	c := &fdConn{f: f, rc: rc, laddr: laddr, raddr: raddr, loose: true}
+	c.ctrlFn = c.ctrl
+	return c, nil
+}
+
+// setBlocking sets or clears the socket's O_NONBLOCK with fcntl(2) calls
+// the scheduler is not told of.
+func setBlocking(fd int, on bool) error {
+	fl, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFL, 0)
+	if e != 0 {
+		return e
+	}
+	if on {
+		fl &^= syscall.O_NONBLOCK
+	} else {
+		fl |= syscall.O_NONBLOCK
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFL, fl); e != 0 {
+		return e
+	}
+	return nil
 }
 
 // connAddrs returns nc's addresses without looking up what it has not.
@@ -233,19 +293,73 @@ func (c *fdConn) opError(op string, err error) error {
 }
 
 func (c *fdConn) Read(p []byte) (int, error) {
+	if c.co != nil {
+		return c.loopRead(p)
+	}
 	n, err := c.f.Read(p)
 	return n, c.opError("read", err)
 }
 
 func (c *fdConn) Write(p []byte) (int, error) {
+	if c.co != nil {
+		return c.loopWrite(p)
+	}
 	n, err := c.f.Write(p)
 	return n, c.opError("write", err)
+}
+
+// loopRead is Read of a loose socket, waiting on its serve loop.
+func (c *fdConn) loopRead(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var rerr error
+	err := (*fdRaw)(c).Read(func(fd uintptr) bool {
+		var again bool
+		n, again, rerr = recv(int(fd), p)
+		return !again
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
+}
+
+// loopWrite is Write of a loose socket, waiting on its serve loop.
+func (c *fdConn) loopWrite(p []byte) (int, error) {
+	sent := 0
+	var werr error
+	err := (*fdRaw)(c).Write(func(fd uintptr) bool {
+		for sent < len(p) {
+			n, again, e := send(int(fd), p[sent:])
+			sent += n
+			if e != nil {
+				werr = e
+				return true
+			}
+			if again {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return sent, err
+	}
+	return sent, werr
 }
 
 // Close closes the socket.
 func (c *fdConn) Close() error {
 	if c.closed.Swap(true) {
 		return &net.OpError{Op: "close", Net: "tcp", Addr: c.raddr, Err: net.ErrClosed}
+	}
+	if r := c.reg.Load(); r != nil {
+		// Off the loop's epoll instance before the descriptor closes: a
+		// duplicate of it (a stream's, tighten's) would keep it there.
+		_ = c.rc.Control(func(fd uintptr) { _ = rawEpollCtl(r.lp.ep, unix.EPOLL_CTL_DEL, int(fd), nil) })
+		r.lp.post(func() { r.lp.forget(r) })
 	}
 	return c.f.Close()
 }
@@ -284,15 +398,42 @@ func (c *fdConn) LocalAddr() net.Addr {
 func (c *fdConn) RemoteAddr() net.Addr { return c.raddr }
 
 func (c *fdConn) SetDeadline(t time.Time) error {
+	if c.loose {
+		c.setLooseDeadline(t, &c.rdl, &c.wdl)
+		return nil
+	}
 	return c.opError("set", c.f.SetDeadline(t))
 }
 
 func (c *fdConn) SetReadDeadline(t time.Time) error {
+	if c.loose {
+		c.setLooseDeadline(t, &c.rdl)
+		return nil
+	}
 	return c.opError("set", c.f.SetReadDeadline(t))
 }
 
 func (c *fdConn) SetWriteDeadline(t time.Time) error {
+	if c.loose {
+		c.setLooseDeadline(t, &c.wdl)
+		return nil
+	}
 	return c.opError("set", c.f.SetWriteDeadline(t))
+}
+
+// setLooseDeadline sets a loose socket's deadlines to t; one already past
+// wakes a wait under way (from any goroutine: through the loop).
+func (c *fdConn) setLooseDeadline(t time.Time, dls ...*atomic.Int64) {
+	var at int64
+	if !t.IsZero() {
+		at = max(mono()+int64(time.Until(t)), 1)
+	}
+	for _, dl := range dls {
+		dl.Store(at)
+	}
+	if r := c.reg.Load(); r != nil && at != 0 && at <= mono() {
+		r.lp.post(func() { r.lp.kicked(r) })
+	}
 }
 
 // SyscallConn is the socket's RawConn, whose errors are package net's.
@@ -306,9 +447,15 @@ func (r *fdRaw) Control(f func(uintptr)) error {
 }
 
 func (r *fdRaw) Read(f func(uintptr) bool) error {
+	if co := r.co; co != nil {
+		return (*fdConn)(r).opError("raw-read", co.wait((*fdConn)(r), f, &r.rdl))
+	}
 	return (*fdConn)(r).opError("raw-read", r.rc.Read(f))
 }
 
 func (r *fdRaw) Write(f func(uintptr) bool) error {
+	if co := r.co; co != nil {
+		return (*fdConn)(r).opError("raw-write", co.wait((*fdConn)(r), f, &r.wdl))
+	}
 	return (*fdConn)(r).opError("raw-write", r.rc.Write(f))
 }

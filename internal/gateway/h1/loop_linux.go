@@ -195,6 +195,13 @@ func (st *loopStream) Close() error {
 // cannot take it, by Each.
 func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 	r := findResponse(w)
+	if r != nil {
+		// A stream's wait below is not for a socket of its own: off the
+		// serve loop first (a no-op for a connection not on one).
+		if co := r.c.ctx.co.Load(); co != nil {
+			co.detach(false) // the stream's loop watches the client
+		}
+	}
 	b.settle()
 	if r == nil || b.err != nil || b.c == nil || b.c.sk.rc == nil || b.c.ab == nil || !r.loopable() {
 		return b.Each(s)
@@ -266,7 +273,7 @@ func (st *loopStream) settle() error {
 
 	// The backend's: back to the client's pool at a clean end, if the pool
 	// has room for it (else put would close it).
-	if st.ps.end && stillWatched && !st.aborted.Load() && b.reuse && b.cl.hasRoom(c.addr) {
+	if st.ps.end && stillWatched && !st.aborted.Load() && b.reuse && b.cl.hasRoom(c) {
 		if nc, err := fileConn(st.bfd, c.nc); err == nil {
 			c.setConn(nc)
 			if !c.ab.Watch(nc) {

@@ -87,6 +87,11 @@ type Server struct {
 	shutdown  atomic.Bool
 	sweeping  bool         // a sweep runs (under mu)
 	ticks     atomic.Int64 // the sweep's rounds so far
+	// NoLoops serves each connection on a goroutine of its own. By
+	// default a connection that is a socket is served as a coroutine of a
+	// serve loop (serveloop_linux.go; Linux only), and a handler that
+	// waits for anything but the request's sockets calls Detach first.
+	NoLoops bool
 }
 
 // DefaultWatchAfter is Server.WatchAfter's default: short answers never
@@ -105,6 +110,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return http.ErrServerClosed
 	}
 	defer s.untrack(ln)
+	s.loosen(ln)
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -125,7 +131,10 @@ func (s *Server) Serve(ln net.Listener) error {
 			_ = nc.Close()
 			return http.ErrServerClosed
 		}
-		go c.serve()
+		if !s.serveOnLoop(c) {
+			c.tighten()
+			go c.serve()
+		}
 	}
 }
 
@@ -241,7 +250,7 @@ func (s *Server) sweep(period time.Duration, watchN, idleN int64) {
 				_ = c.nc.Close()
 				continue
 			}
-			if c.state.Load() == stateIdle && now-c.idleSince.Load() >= 2 {
+			if c.state.Load() == stateIdle && now-c.idleSince.Load() >= 2 && !c.onLoop.Load() {
 				// A wait that has lasted a whole round: one whose
 				// request is arriving as it is checked would be taken
 				// for a pipelining client's, and its connection would
@@ -396,6 +405,10 @@ type sconn struct {
 	// holdLast is set while the answer's last bytes may be held for the
 	// next read (sock.hold).
 	holdLast bool
+
+	// onLoop is set while the connection is served on a serve loop
+	// (serveloop_linux.go).
+	onLoop atomic.Bool
 }
 
 // closesAfter reports whether the connection closes once w's answer is
@@ -451,6 +464,19 @@ type connCtx struct {
 	mu      sync.Mutex
 	ended   bool
 	watched []io.Closer
+
+	co atomic.Pointer[coro] // the coroutine serving the connection on its serve loop
+}
+
+type coroKey struct{}
+
+// Value implements context.Context: a handler's contexts made from a
+// request's find the connection's coroutine (coroOf).
+func (x *connCtx) Value(k any) any {
+	if _, ok := k.(coroKey); ok {
+		return x.co.Load()
+	}
+	return x.Context.Value(k)
 }
 
 func newConnCtx() *connCtx {
@@ -754,7 +780,8 @@ func (c *sconn) refuse(err error) {
 
 // arm starts the wait after which the sweep watches the connection.
 func (c *sconn) arm() {
-	if c.s.WatchAfter < 0 {
+	if c.s.WatchAfter < 0 || c.onLoop.Load() {
+		// On a serve loop the loop watches (sconn.peek).
 		return
 	}
 	c.armedAt.Store(c.s.ticks.Load())

@@ -325,23 +325,28 @@ func readUntil(t *testing.T, br *bufio.Reader, end string) string {
 }
 
 // TestServerNoticesAClientLeaving: a request still waiting for its answer
-// has its context cancelled when the client closes the connection.
+// has its context cancelled when the client closes the connection: served
+// on a goroutine, and served on a serve loop from which the handler
+// detached before its wait.
 func TestServerNoticesAClientLeaving(t *testing.T) {
-	cancelled, read := make(chan error, 1), make(chan struct{})
-	addr := serve(t, &Server{WatchAfter: 10 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body) // the watch starts once the body is read, as net/http's
-		close(read)
-		<-r.Context().Done()
-		cancelled <- r.Context().Err()
-	})})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	for _, noLoops := range []bool{true, false} {
+		cancelled, read := make(chan error, 1), make(chan struct{})
+		addr := serve(t, &Server{NoLoops: noLoops, WatchAfter: 10 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body) // the watch starts once the body is read, as net/http's
+			Detach(r.Context())       // the wait below is not for a socket
+			close(read)
+			<-r.Context().Done()
+			cancelled <- r.Context().Err()
+		})})
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+		<-read
+		c.Close()
+		wantCancelled(t, cancelled, fmt.Sprintf("NoLoops %v: the request", noLoops))
 	}
-	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
-	<-read
-	c.Close()
-	wantCancelled(t, cancelled, "the request")
 }
 
 // wantCancelled waits up to 10 s for a handler to report its context's
@@ -374,7 +379,7 @@ func dialRaw(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 // TestServerWatchStopsForTheAnswer: a watch under way ends when the answer
 // goes out, and the connection serves the next request.
 func TestServerWatchStopsForTheAnswer(t *testing.T) {
-	s := &Server{WatchAfter: time.Millisecond}
+	s := &Server{WatchAfter: time.Millisecond, NoLoops: true} // on a loop, the loop watches (serveloop_test.go)
 	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/1" && !waitFor(func() bool { return watching(s) == 1 }) {
 			t.Error("the watch did not start")

@@ -126,6 +126,7 @@ func TestServerWatchesARequestArmedWhileTheTimerRuns(t *testing.T) {
 			fmt.Fprint(w, "ok")
 			return
 		}
+		Detach(r.Context()) // off a serve loop: the watch is the sweep's
 		close(read)
 		<-r.Context().Done()
 		cancelled <- r.Context().Err()
