@@ -95,6 +95,7 @@ type loopReg struct {
 	fc     *fdConn
 	waiter *coro // the coroutine waiting for the socket; the loop's goroutine only
 	missed bool  // an event came while none waited
+	timer  int64 // the deadline (mono) a timer of the loop is set for; 0: none
 	// watch, for a client's socket, looks at it when an event comes while
 	// its coroutine waits for something else (the client may have left).
 	watch func()
@@ -242,6 +243,9 @@ func (lp *serveLoop) fire() {
 	var due []*loopReg
 	for _, t := range lp.timers {
 		if t.at <= now {
+			if t.r.timer == t.at {
+				t.r.timer = 0
+			}
 			due = append(due, t.r)
 		} else {
 			kept = append(kept, t)
@@ -370,7 +374,9 @@ func (co *coro) wait(fc *fdConn, f func(uintptr) bool, dl *atomic.Int64) error {
 			r.missed = false
 			continue
 		}
-		if at != 0 {
+		if at != 0 && r.timer != at {
+			// One timer per deadline, however many waits it bounds.
+			r.timer = at
 			co.lp.timers = append(co.lp.timers, loopTimer{at: at, r: r})
 		}
 		r.waiter = co
