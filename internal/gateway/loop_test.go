@@ -285,7 +285,4 @@ func TestLoopMetrics(t *testing.T) {
 	if got := value("tidegpu_gateway_stream_loop_holds_total"); got != float64(holds) {
 		t.Fatalf("tidegpu_gateway_stream_loop_holds_total = %v, want %d", got, holds)
 	}
-	if got := value("tidegpu_gateway_serve_loop_stalls_total"); got != float64(h1.LoopStalls()) {
-		t.Fatalf("tidegpu_gateway_serve_loop_stalls_total = %v, want %d", got, h1.LoopStalls())
-	}
 }

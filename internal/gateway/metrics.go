@@ -97,11 +97,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		Name: "tidegpu_gateway_stream_loop_holds_total",
 		Help: "Times an event loop held a stream's bytes for a client slower than its backend (its backend is not read until the client takes them).",
 	}, func() float64 { _, n := h1.LoopStats(); return float64(n) })
-	loopStalls := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "tidegpu_gateway_serve_loop_stalls_total",
-		Help: "Times a request held the serve loop its connection is served on for more than 20 ms, the other connections of that loop waiting meanwhile: a wait for something but its sockets without h1.Detach first. Should stay 0; a rising count is a bug to report.",
-	}, func() float64 { return float64(h1.LoopStalls()) })
-	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, m.shed, &stateCollector{g: g}, loopStreams, loopHolds, loopStalls}
+	m.collectors = []prometheus.Collector{m.requests, m.duration, m.retries, m.aborts, m.ejections, m.wakes, m.shed, &stateCollector{g: g}, loopStreams, loopHolds}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {

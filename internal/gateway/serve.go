@@ -63,6 +63,20 @@ func (t Tuning) Apply(o *Options) {
 //	-ldflags "-X github.com/tidegpu/tidegpu/internal/gateway.serverEngine=nethttp"
 var serverEngine = "h1"
 
+// serveLoops selects how h1.Server serves the clients' connections on
+// Linux: "off", a goroutine per connection, or "on", as coroutines of its
+// serve loops (h1.Server.NoLoops; the gateway calls h1.Detach before every
+// wait that is not for a socket). "off" is the default: the loops cut the
+// gateway's context switches per short request threefold, but did not
+// serve more requests per second one at a time on two shared cores, where
+// their throughput moved between two levels from round to round
+// (BENCHMARKS.md, issue 19, session 30). An internal switch, set at build
+// time (GOFLAGS=-ldflags=-X=github.com/tidegpu/tidegpu/internal/gateway.serveLoops=on
+// runs a package's tests on it; the gateway's suite passes on both):
+//
+//	-ldflags "-X github.com/tidegpu/tidegpu/internal/gateway.serveLoops=on"
+var serveLoops = "off"
+
 // Server returns the HTTP server of a gateway handler h with t's timeouts.
 // It has no ReadTimeout or WriteTimeout: they would cut long uploads and
 // long generations; the body limit and StreamIdleTimeout bound those.
@@ -85,6 +99,7 @@ func (t Tuning) server(h http.Handler, engine string) *Server {
 			Handler:           h,
 			ReadHeaderTimeout: cmp(t.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 			IdleTimeout:       cmp(t.IdleTimeout, DefaultIdleTimeout),
+			NoLoops:           serveLoops != "on",
 		}
 		return s
 	}
