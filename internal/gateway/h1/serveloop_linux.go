@@ -107,6 +107,7 @@ var (
 	serveLoopsMu sync.Once
 	serveLoopN   atomic.Uint32
 	loopStalls   atomic.Int64
+	loopsStarted atomic.Bool // a serve loop was started: coroOf looks
 )
 
 // stallAfter is how long a coroutine may run before its turn counts as a
@@ -133,6 +134,7 @@ func nextServeLoop() (*serveLoop, error) {
 	if serveLoopErr != nil {
 		return nil, serveLoopErr
 	}
+	loopsStarted.Store(true)
 	return serveLoops[int(serveLoopN.Add(1))%len(serveLoops)], nil
 }
 
@@ -493,8 +495,8 @@ func (c *sconn) peek() {
 // coroOf returns the coroutine ctx's request runs on while it is on its
 // serve loop, else nil.
 func coroOf(ctx context.Context) *coro {
-	if ctx == nil {
-		return nil
+	if ctx == nil || !loopsStarted.Load() {
+		return nil // no serve loop in the process: no context lookup
 	}
 	if x, ok := ctx.(*connCtx); ok {
 		return x.co.Load()
