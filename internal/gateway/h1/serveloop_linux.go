@@ -541,15 +541,7 @@ func (co *coro) unbind(c *conn) {
 	if fc, ok := c.nc.(*fdConn); ok {
 		fc.co = nil
 	}
-	for i, b := range co.bound {
-		if b == c {
-			last := len(co.bound) - 1
-			co.bound[i] = co.bound[last]
-			co.bound[last] = nil
-			co.bound = co.bound[:last]
-			return
-		}
-	}
+	co.bound, _ = cutOne(co.bound, c)
 }
 
 // Detach takes the connection of ctx's request off its serve loop, when it

@@ -512,16 +512,26 @@ func (x *connCtx) Watch(c io.Closer) bool {
 func (x *connCtx) Unwatch(c io.Closer) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for i, w := range x.watched {
-		if w == c {
-			last := len(x.watched) - 1
-			x.watched[i] = x.watched[last]
-			x.watched[last] = nil
-			x.watched = x.watched[:last]
-			return true
-		}
+	var found bool
+	if x.watched, found = cutOne(x.watched, c); found {
+		return true
 	}
 	return !x.ended
+}
+
+// cutOne removes the first v from s, moving the last element into its place
+// (order is not kept), and reports whether v was there.
+func cutOne[T comparable](s []T, v T) ([]T, bool) {
+	for i, e := range s {
+		if e == v {
+			last := len(s) - 1
+			s[i] = s[last]
+			var zero T
+			s[last] = zero
+			return s[:last], true
+		}
+	}
+	return s, false
 }
 
 func (c *sconn) serve() {

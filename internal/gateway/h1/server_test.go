@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -546,4 +547,31 @@ func waitFor(cond func() bool) bool {
 		}
 	}
 	return false
+}
+
+// TestCutOne: the first match goes, the last element takes its place, the
+// freed slot is cleared; a missing value changes nothing.
+func TestCutOne(t *testing.T) {
+	for _, tc := range []struct {
+		in    []int
+		v     int
+		want  []int
+		found bool
+	}{
+		{nil, 1, nil, false},
+		{[]int{1}, 1, []int{}, true},
+		{[]int{1, 2, 3}, 1, []int{3, 2}, true},
+		{[]int{1, 2, 3}, 3, []int{1, 2}, true},
+		{[]int{1, 2, 2}, 2, []int{1, 2}, true},
+		{[]int{1, 2, 3}, 4, []int{1, 2, 3}, false},
+	} {
+		in := slices.Clone(tc.in)
+		got, found := cutOne(in, tc.v)
+		if found != tc.found || !slices.Equal(got, tc.want) {
+			t.Errorf("cutOne(%v, %d) = %v, %v; want %v, %v", tc.in, tc.v, got, found, tc.want, tc.found)
+		}
+		if found && in[len(in)-1] != 0 {
+			t.Errorf("cutOne(%v, %d) left %d in the freed slot", tc.in, tc.v, in[len(in)-1])
+		}
+	}
 }
