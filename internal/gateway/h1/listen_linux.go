@@ -197,15 +197,14 @@ type fdConn struct {
 	// waits on a serve loop (serveloop_linux.go), for co, the coroutine
 	// that uses it, registered as reg once it first waits. Its deadlines
 	// (mono; 0: none) are the loop's.
-	loose   bool
-	co      *coro
-	reg     atomic.Pointer[loopReg]
-	rdl     atomic.Int64
-	wdl     atomic.Int64
-	watcher *sconn // the server connection whose client socket it is
-	cf      func(uintptr) bool
-	cdone   bool
-	ctrlFn  func(uintptr)
+	loose  bool
+	co     *coro
+	reg    atomic.Pointer[loopReg]
+	rdl    atomic.Int64
+	wdl    atomic.Int64
+	cf     func(uintptr) bool
+	cdone  bool
+	ctrlFn func(uintptr)
 }
 
 // newFdConn makes a connection of the non-blocking socket fd, with its

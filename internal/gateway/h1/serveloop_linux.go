@@ -286,8 +286,10 @@ func (lp *serveLoop) start(c *sconn, fc *fdConn) {
 	c.ctx.co.Store(co)
 	// Registered now, not at its first wait: the loop watches the client
 	// (peek) even when its request was there at once.
-	if _, err := lp.register(fc); err != nil {
+	if r, err := lp.register(fc); err != nil {
 		_ = fc.Close() // serve fails at once and ends
+	} else {
+		r.watch = c.peek
 	}
 	lp.resume(co)
 }
@@ -316,9 +318,6 @@ func (lp *serveLoop) register(fc *fdConn) (*loopReg, error) {
 	}
 	lp.regs[id] = r
 	fc.reg.Store(r)
-	if c := fc.watcher; c != nil {
-		r.watch = c.peek
-	}
 	return r, nil
 }
 
@@ -409,7 +408,6 @@ func (s *Server) serveOnLoop(c *sconn) bool {
 	c.nc = fc
 	c.sk.reset(fc)
 	c.onLoop.Store(true)
-	fc.watcher = c
 	lp.post(func() { lp.start(c, fc) })
 	return true
 }
