@@ -217,3 +217,106 @@ backend be
 	}
 	return b.String()
 }
+
+// TTFBMargin is what issue 19's item 2 lets the gateway add to the TTFB
+// p99 beyond what nginx adds, in the same repetition.
+const TTFBMargin = 5 * time.Millisecond
+
+// Goal is one of item 2's goals judged per repetition.
+type Goal struct {
+	Name   string
+	PerRep []string // the figures each repetition was judged on
+	Met    int      // repetitions that met it
+	Worst  string   // the worst repetition's figure
+}
+
+// Goals judges the gateway against nginx per repetition on issue 19's
+// item 2 goals: no failures, added TTFB p99 no more than nginx's plus
+// TTFBMargin (both over direct in the same repetition), and memory and
+// CPU per stream no more than nginx's. gw, ngx and direct are one
+// Summary per repetition, in the same order; repetitions missing from
+// any of them are left out. Pure.
+func Goals(gw, ngx, direct []Summary) []Goal {
+	n := min(len(gw), len(ngx), len(direct))
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	failures := Goal{Name: "no failures"}
+	ttfb := Goal{Name: fmt.Sprintf("added TTFB p99 ≤ nginx's + %v", TTFBMargin)}
+	mem := Goal{Name: "memory per open stream ≤ nginx's"}
+	cpu := Goal{Name: "CPU per stream ≤ nginx's"}
+	var worstFail int
+	var worstOver time.Duration
+	var worstMem, worstCPU float64
+	for i := range n {
+		g, x, d := gw[i], ngx[i], direct[i]
+
+		failures.PerRep = append(failures.PerRep, fmt.Sprintf("%d / %d", g.Failures, x.Failures))
+		if g.Failures == 0 {
+			failures.Met++
+		}
+		if i == 0 || g.Failures > worstFail {
+			worstFail = g.Failures
+			failures.Worst = fmt.Sprintf("%d", g.Failures)
+		}
+
+		ga, xa := g.TTFB99-d.TTFB99, x.TTFB99-d.TTFB99
+		ttfb.PerRep = append(ttfb.PerRep, fmt.Sprintf("%.1f / %.1f ms", ms(ga), ms(xa)))
+		over := ga - xa
+		if over <= TTFBMargin {
+			ttfb.Met++
+		}
+		if i == 0 || over > worstOver {
+			worstOver = over
+			ttfb.Worst = fmt.Sprintf("%+.1f ms over nginx's", ms(over))
+		}
+
+		judge := func(goal *Goal, worst *float64, gv, xv float64, unit string, prec int) {
+			r := ratio(gv, xv)
+			goal.PerRep = append(goal.PerRep, fmt.Sprintf("%.*f / %.*f %s (%.2fx)", prec, gv, prec, xv, unit, r))
+			if gv <= xv {
+				goal.Met++
+			}
+			if i == 0 || r > *worst {
+				*worst = r
+				goal.Worst = fmt.Sprintf("%.2fx", r)
+			}
+		}
+		judge(&mem, &worstMem, g.MemPerStreamKB, x.MemPerStreamKB, "KB", 1)
+		judge(&cpu, &worstCPU, g.CPUPerStreamMs, x.CPUPerStreamMs, "ms", 2)
+	}
+	return []Goal{failures, ttfb, mem, cpu}
+}
+
+// ratio is a/b, or 0 when b is not positive.
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// GoalTable renders goals as a markdown table: one column per
+// repetition, how many met each goal and the worst repetition. Pure.
+func GoalTable(n int, goals []Goal) string {
+	var b strings.Builder
+	reps := 0
+	for _, g := range goals {
+		reps = max(reps, len(g.PerRep))
+	}
+	fmt.Fprintf(&b, "| at %d streams (gateway / nginx) |", n)
+	for i := range reps {
+		fmt.Fprintf(&b, " rep %d |", i+1)
+	}
+	b.WriteString(" met | worst |\n|" + strings.Repeat(" --- |", reps+3) + "\n")
+	for _, g := range goals {
+		fmt.Fprintf(&b, "| %s |", g.Name)
+		for i := range reps {
+			v := "—"
+			if i < len(g.PerRep) {
+				v = g.PerRep[i]
+			}
+			fmt.Fprintf(&b, " %s |", v)
+		}
+		fmt.Fprintf(&b, " %d of %d | %s |\n", g.Met, len(g.PerRep), g.Worst)
+	}
+	return b.String()
+}

@@ -2,6 +2,7 @@ package streamingbench
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,5 +110,76 @@ func TestMeanOf(t *testing.T) {
 		if got := meanOf(rs, mem); got != tc.want {
 			t.Errorf("meanOf(%v) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestGoals(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	row := func(fail int, ttfb99, mem, cpu float64) Summary {
+		return Summary{Failures: fail, TTFB99: ms(ttfb99), MemPerStreamKB: mem, CPUPerStreamMs: cpu}
+	}
+	direct := []Summary{row(0, 60, 0, 0), row(0, 60, 0, 0)}
+	for _, tc := range []struct {
+		name           string
+		gw, ngx        []Summary
+		direct         []Summary
+		met            [4]int // failures, TTFB, memory, CPU
+		of             int
+		worstTTFB      string
+		worstMem, wCPU string
+	}{
+		{
+			// Session 31's first repetitions at 3,000 streams: the gateway
+			// under nginx's tail, leaner in memory, CPU 0.96x and 1.01x.
+			name:   "met but one CPU",
+			gw:     []Summary{row(0, 101.9, 12.8, 2.93), row(0, 72.2, 12.8, 2.77)},
+			ngx:    []Summary{row(0, 302.6, 17.8, 3.06), row(0, 101.4, 17.8, 2.74)},
+			direct: direct,
+			met:    [4]int{2, 2, 2, 1}, of: 2,
+			worstTTFB: "-29.2 ms over nginx's", worstMem: "0.72x", wCPU: "1.01x",
+		},
+		{
+			// The margin is inclusive: 5 ms over nginx's added p99 meets
+			// it, 5.1 ms does not; a failure misses "no failures".
+			name:   "margin edges",
+			gw:     []Summary{row(0, 85, 18, 2.5), row(3, 85.1, 17, 2.5)},
+			ngx:    []Summary{row(0, 80, 17.8, 2.6), row(0, 80, 17.8, 2.6)},
+			direct: direct,
+			met:    [4]int{1, 1, 1, 2}, of: 2,
+			worstTTFB: "+5.1 ms over nginx's", worstMem: "1.01x", wCPU: "0.96x",
+		},
+		{
+			// A repetition missing from one target is left out.
+			name:   "uneven",
+			gw:     []Summary{row(0, 70, 12, 2)},
+			ngx:    []Summary{row(0, 70, 17, 2), row(0, 70, 17, 2)},
+			direct: direct,
+			met:    [4]int{1, 1, 1, 1}, of: 1,
+			worstTTFB: "+0.0 ms over nginx's", worstMem: "0.71x", wCPU: "1.00x",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := Goals(tc.gw, tc.ngx, tc.direct)
+			if len(gs) != 4 {
+				t.Fatalf("%d goals, want 4", len(gs))
+			}
+			for i, g := range gs {
+				if g.Met != tc.met[i] || len(g.PerRep) != tc.of {
+					t.Errorf("%s: met %d of %d, want %d of %d", g.Name, g.Met, len(g.PerRep), tc.met[i], tc.of)
+				}
+			}
+			if gs[1].Worst != tc.worstTTFB || gs[2].Worst != tc.worstMem || gs[3].Worst != tc.wCPU {
+				t.Errorf("worst: %q, %q, %q; want %q, %q, %q", gs[1].Worst, gs[2].Worst, gs[3].Worst, tc.worstTTFB, tc.worstMem, tc.wCPU)
+			}
+			table := GoalTable(3000, gs)
+			if !strings.Contains(table, "| at 3000 streams (gateway / nginx) | rep 1 |") ||
+				!strings.Contains(table, fmt.Sprintf("| %d of %d |", tc.met[1], tc.of)) ||
+				strings.Count(table, "\n") != 6 {
+				t.Errorf("table:\n%s", table)
+			}
+		})
+	}
+	if gs := Goals(nil, nil, nil); gs[0].Met != 0 || len(gs[0].PerRep) != 0 {
+		t.Errorf("no repetitions: %+v", gs[0])
 	}
 }

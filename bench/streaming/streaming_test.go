@@ -300,6 +300,15 @@ func TestStreaming(t *testing.T) {
 	}
 	t.Log(b.String())
 
+	// Issue 19's item 2 goals, judged per repetition against nginx in the
+	// same repetition (the goals are set at 3,000 streams).
+	for _, n := range p.ns {
+		gw, ngx, d := results[fmt.Sprintf("gateway/%d", n)], results[fmt.Sprintf("nginx/%d", n)], results[fmt.Sprintf("direct/%d", n)]
+		if len(gw) > 0 && len(ngx) > 0 && len(d) > 0 {
+			t.Log("\n" + GoalTable(n, Goals(gw, ngx, d)))
+		}
+	}
+
 	for key, rs := range results {
 		for _, r := range rs {
 			if r.Failures > 0 {
