@@ -78,6 +78,7 @@ type Stream struct {
 	TTFB   time.Duration   // request sent → first token line
 	Gaps   []time.Duration // between consecutive token lines
 	Tokens int
+	Start  time.Duration // when it started, from the start of its run
 }
 
 // Summary is one target's row for one N.
@@ -93,6 +94,10 @@ type Summary struct {
 	IdleCPUPercent   float64 // of one core
 	PeakRSSMB        float64
 	BackendCPUPerSMs float64 // the simulators' CPU per stream (the bottleneck check)
+	// TailFrom and TailTo bound when the streams of the TTFB tail (at or
+	// above the p99) started, from their 10th to their 90th percentile: a
+	// narrow window is one stall of the proxy, a wide one a slow machine.
+	TailFrom, TailTo time.Duration
 }
 
 // Summarize folds the streams of one run; a stream failed if it has an
@@ -119,6 +124,13 @@ func Summarize(streams []Stream, wantTokens int) Summary {
 	}
 	s.TTFB50, s.TTFB99 = Percentile(ttfb, 50), Percentile(ttfb, 99)
 	s.Gap99 = Percentile(gaps, 99)
+	var tail []time.Duration
+	for _, st := range streams {
+		if st.Err == nil && st.Tokens >= wantTokens && st.TTFB >= s.TTFB99 {
+			tail = append(tail, st.Start)
+		}
+	}
+	s.TailFrom, s.TailTo = Percentile(tail, 10), Percentile(tail, 90)
 	return s
 }
 

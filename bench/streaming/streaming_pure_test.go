@@ -72,6 +72,26 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// The tail's start window: the streams at or above the p99 TTFB, by when
+// they started. One stall makes the slow ones start together; a failed
+// stream is not in the tail whatever its TTFB.
+func TestSummarizeTailWindow(t *testing.T) {
+	ms := time.Millisecond
+	var streams []Stream
+	for i := range 200 {
+		ttfb := 50 * ms
+		if i >= 120 && i < 124 { // a stall while streams 120-123 started
+			ttfb = 150 * ms
+		}
+		streams = append(streams, Stream{TTFB: ttfb, Tokens: 3, Start: time.Duration(i) * ms})
+	}
+	streams = append(streams, Stream{Err: errors.New("reset"), TTFB: time.Second, Tokens: 3, Start: 5 * ms})
+	s := Summarize(streams, 3)
+	if s.TTFB99 != 150*ms || s.TailFrom != 120*ms || s.TailTo != 123*ms {
+		t.Errorf("p99 %v, tail started %v-%v; want 150ms, 120ms-123ms", s.TTFB99, s.TailFrom, s.TailTo)
+	}
+}
+
 func TestPerStream(t *testing.T) {
 	if got := PerStream(20<<20, 10<<20, 1024); got != 10 {
 		t.Errorf("PerStream = %v KB, want 10", got)

@@ -257,9 +257,9 @@ func TestStreaming(t *testing.T) {
 				}
 				key := fmt.Sprintf("%s/%d", tg.name, n)
 				results[key] = append(results[key], s)
-				t.Logf("N=%d rep %d %-8s failures %d (first: %v) TTFB p50 %v p99 %v gap p99 %v mem/stream %.1f KB (peak RSS %.1f MB) CPU/stream %.2f ms idle CPU %.2f%% sims CPU/stream %.2f ms",
+				t.Logf("N=%d rep %d %-8s failures %d (first: %v) TTFB p50 %v p99 %v (tail started %v-%v) gap p99 %v mem/stream %.1f KB (peak RSS %.1f MB) CPU/stream %.2f ms idle CPU %.2f%% sims CPU/stream %.2f ms",
 					n, rep+1, tg.name, s.Failures, s.FirstErr, s.TTFB50.Round(100*time.Microsecond), s.TTFB99.Round(100*time.Microsecond),
-					s.Gap99.Round(100*time.Microsecond), s.MemPerStreamKB, s.PeakRSSMB, s.CPUPerStreamMs, s.IdleCPUPercent, s.BackendCPUPerSMs)
+					s.TailFrom.Round(10*time.Millisecond), s.TailTo.Round(10*time.Millisecond), s.Gap99.Round(100*time.Microsecond), s.MemPerStreamKB, s.PeakRSSMB, s.CPUPerStreamMs, s.IdleCPUPercent, s.BackendCPUPerSMs)
 			}
 		}
 	}
@@ -390,13 +390,18 @@ func run(addr string, n int, p params, spread []string) []Stream {
 	out := make([]Stream, n)
 	var wg sync.WaitGroup
 	limit := time.Duration(p.tokens)*p.tokenTime*4 + 30*time.Second
+	begin := time.Now()
 	for i := range n {
 		a := addr
 		if len(spread) > 0 {
 			a = spread[i%len(spread)]
 		}
 		f := Format(i % 2)
-		wg.Go(func() { out[i] = stream(a, f, limit) })
+		start := time.Since(begin)
+		wg.Go(func() {
+			out[i] = stream(a, f, limit)
+			out[i].Start = start
+		})
 		time.Sleep(p.stagger) // pacing of the arrivals, not a wait for a condition
 	}
 	wg.Wait()
