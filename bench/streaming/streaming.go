@@ -9,7 +9,9 @@
 // memory per open stream, its CPU time per stream and its idle CPU.
 //
 // This file holds the pure parts: the peers' configurations, the client's
-// request, and the summary of a run; streaming_test.go runs the experiment.
+// request, the summary of a run (with when its TTFB tail started) and the
+// judgement of issue 19's item 2 goals per repetition (Goals, GoalTable);
+// streaming_test.go runs the experiment.
 package streamingbench
 
 import (
