@@ -252,7 +252,6 @@ type Goal struct {
 // any of them are left out. Pure.
 func Goals(gw, ngx, direct []Summary) []Goal {
 	n := min(len(gw), len(ngx), len(direct))
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	failures := Goal{Name: "no failures"}
 	ttfb := Goal{Name: fmt.Sprintf("added TTFB p99 ≤ nginx's + %v", TTFBMargin)}
 	mem := Goal{Name: "memory per open stream ≤ nginx's"}
@@ -299,6 +298,9 @@ func Goals(gw, ngx, direct []Summary) []Goal {
 	}
 	return []Goal{failures, ttfb, mem, cpu}
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // ratio is a/b, or 0 when b is not positive.
 func ratio(a, b float64) float64 {

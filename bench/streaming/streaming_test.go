@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,27 +116,45 @@ type target struct {
 }
 
 // inOrder is the order of the targets in repetition rep: direct first,
-// then the proxies turned by rep (the first of them moves to the end each
+// then the proxies turned by rep (the first moves to the end each
 // repetition), so that over as many repetitions as there are proxies each
-// runs in each place once, right after direct included; with two builds
-// of the gateway alone, they alternate. The place is not neutral: the same
-// two builds, one after the other against the same simulators, read
+// runs in each place once, right after direct included. gateway and
+// gateway-alt move as one, the second right after the first so that the
+// two see the same moment, and swap places every k repetitions (k
+// proxies, the pair counted once): an A/B over 2k repetitions has each
+// build in each place as often. The place is not neutral: the same two
+// builds, one after the other against the same simulators, read
 // 0.90-1.17x for the second over the first (BENCHMARKS.md, issue 19,
 // session 28), and the gateway, always first after direct until session
 // 31, missed its TTFB goal most in that place.
 func inOrder(targets []target, rep int) []target {
-	var out, proxies []target
+	var out []target
+	var units [][]target
+	pair := -1 // the unit of gateway and gateway-alt
 	for _, tg := range targets {
-		if tg.name == "direct" {
+		switch {
+		case tg.name == "direct":
 			out = append(out, tg)
-		} else {
-			proxies = append(proxies, tg)
+		case (tg.name == "gateway" || tg.name == "gateway-alt") && pair >= 0:
+			units[pair] = append(units[pair], tg)
+		default:
+			if tg.name == "gateway" || tg.name == "gateway-alt" {
+				pair = len(units)
+			}
+			units = append(units, []target{tg})
 		}
 	}
-	if k := len(proxies); k > 0 {
-		r := rep % k
-		out = append(out, proxies[r:]...)
-		out = append(out, proxies[:r]...)
+	k := len(units)
+	if k == 0 {
+		return out
+	}
+	if pair >= 0 && len(units[pair]) == 2 && (rep/k)%2 == 1 {
+		u := units[pair]
+		units[pair] = []target{u[1], u[0]}
+	}
+	r := rep % k
+	for _, u := range slices.Concat(units[r:], units[:r]) {
+		out = append(out, u...)
 	}
 	return out
 }
@@ -382,8 +401,6 @@ func span(rs []Summary, f func(int, Summary) string) string {
 	return strings.Join(parts, ", ")
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // run opens n streams to addr (or, if spread is given, alternately to
 // each of spread), started p.stagger apart, half NDJSON and half SSE, and
 // waits for them all.
@@ -547,13 +564,16 @@ func TestInOrder(t *testing.T) {
 		want string
 	}{
 		{"direct,gateway,gateway-alt,nginx", 0, "direct,gateway,gateway-alt,nginx"},
-		{"direct,gateway,gateway-alt,nginx", 1, "direct,gateway-alt,nginx,gateway"},
-		{"direct,gateway,gateway-alt,nginx", 2, "direct,nginx,gateway,gateway-alt"},
-		{"direct,gateway,gateway-alt,nginx", 3, "direct,gateway,gateway-alt,nginx"},
+		{"direct,gateway,gateway-alt,nginx", 1, "direct,nginx,gateway,gateway-alt"},
+		{"direct,gateway,gateway-alt,nginx", 2, "direct,gateway-alt,gateway,nginx"},
+		{"direct,gateway,gateway-alt,nginx", 3, "direct,nginx,gateway-alt,gateway"},
+		{"direct,gateway,gateway-alt,nginx", 4, "direct,gateway,gateway-alt,nginx"},
 		{"direct,gateway,gateway-alt", 1, "direct,gateway-alt,gateway"},
 		{"direct,gateway,gateway-alt", 2, "direct,gateway,gateway-alt"},
 		{"direct,gateway,nginx,haproxy", 1, "direct,nginx,haproxy,gateway"},
+		{"direct,gateway,nginx,haproxy", 2, "direct,haproxy,gateway,nginx"},
 		{"gateway,nginx", 1, "nginx,gateway"},
+		{"direct,gateway-alt,nginx", 1, "direct,nginx,gateway-alt"},
 		{"direct", 5, "direct"},
 	} {
 		in := mk(tc.in)
