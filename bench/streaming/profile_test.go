@@ -77,7 +77,7 @@ func TestStreamingProfile(t *testing.T) {
 	defer srv.Close()
 	addr := ln.Addr().String()
 
-	_ = run(addr, 10, p, nil) // warm up
+	_ = run(10, p, func(int) string { return addr }) // warm up
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -92,7 +92,7 @@ func TestStreamingProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan []Stream)
-	go func() { done <- run(addr, n, p, nil) }()
+	go func() { done <- run(n, p, func(int) string { return addr }) }()
 	// All streams are open from the last start until the first ends.
 	open := time.Duration(n)*p.stagger + 2*time.Second
 	time.Sleep(open) // the point of the run to sample, not a wait for a condition

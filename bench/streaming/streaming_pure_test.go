@@ -3,6 +3,8 @@ package streamingbench
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,6 +149,8 @@ func TestGoals(t *testing.T) {
 		of             int
 		worstTTFB      string
 		worstMem, wCPU string
+		median         [4]string // failures, TTFB, memory, CPU
+		medianMet      [4]bool
 	}{
 		{
 			// Session 31's first repetitions at 3,000 streams: the gateway
@@ -157,6 +161,8 @@ func TestGoals(t *testing.T) {
 			direct: direct,
 			met:    [4]int{2, 2, 2, 1}, of: 2,
 			worstTTFB: "-29.2 ms over nginx's", worstMem: "0.72x", wCPU: "1.01x",
+			median:    [4]string{"0 in all", "-115.0 ms over nginx's", "0.72x", "0.98x"},
+			medianMet: [4]bool{true, true, true, true},
 		},
 		{
 			// The margin is inclusive: 5 ms over nginx's added p99 meets
@@ -167,6 +173,23 @@ func TestGoals(t *testing.T) {
 			direct: direct,
 			met:    [4]int{1, 1, 1, 2}, of: 2,
 			worstTTFB: "+5.1 ms over nginx's", worstMem: "1.01x", wCPU: "0.96x",
+			// The median of +5.0 and +5.1 ms misses; of 1.01x and 0.96x
+			// memory meets.
+			median:    [4]string{"3 in all", "+5.0 ms over nginx's", "0.98x", "0.96x"},
+			medianMet: [4]bool{false, false, true, true},
+		},
+		{
+			// Session 31's eighth invocation: the gateway over nginx's
+			// tail in two repetitions of four, under it on the median of
+			// the four (odd count: the middle one).
+			name:   "misses one at a time, meets on the median",
+			gw:     []Summary{row(0, 131.1, 12.6, 2.92), row(0, 80.4, 12.8, 2.71), row(0, 89.2, 12.8, 2.72)},
+			ngx:    []Summary{row(0, 183.3, 17.7, 2.77), row(0, 296.8, 17.8, 2.83), row(0, 79.3, 17.8, 2.84)},
+			direct: []Summary{row(0, 60, 0, 0), row(0, 60, 0, 0), row(0, 60, 0, 0)},
+			met:    [4]int{3, 2, 3, 2}, of: 3,
+			worstTTFB: "+9.9 ms over nginx's", worstMem: "0.72x", wCPU: "1.05x",
+			median:    [4]string{"0 in all", "-52.2 ms over nginx's", "0.72x", "0.96x"},
+			medianMet: [4]bool{true, true, true, true},
 		},
 		{
 			// A repetition missing from one target is left out.
@@ -176,6 +199,8 @@ func TestGoals(t *testing.T) {
 			direct: direct,
 			met:    [4]int{1, 1, 1, 1}, of: 1,
 			worstTTFB: "+0.0 ms over nginx's", worstMem: "0.71x", wCPU: "1.00x",
+			median:    [4]string{"0 in all", "+0.0 ms over nginx's", "0.71x", "1.00x"},
+			medianMet: [4]bool{true, true, true, true},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,7 +216,12 @@ func TestGoals(t *testing.T) {
 			if gs[1].Worst != tc.worstTTFB || gs[2].Worst != tc.worstMem || gs[3].Worst != tc.wCPU {
 				t.Errorf("worst: %q, %q, %q; want %q, %q, %q", gs[1].Worst, gs[2].Worst, gs[3].Worst, tc.worstTTFB, tc.worstMem, tc.wCPU)
 			}
-			table := GoalTable(3000, gs)
+			for i, g := range gs {
+				if g.Median != tc.median[i] || g.MedianMet != tc.medianMet[i] {
+					t.Errorf("%s: median %q met %v, want %q met %v", g.Name, g.Median, g.MedianMet, tc.median[i], tc.medianMet[i])
+				}
+			}
+			table := GoalTable(3000, "gateway / nginx", gs)
 			if !strings.Contains(table, "| at 3000 streams (gateway / nginx) | rep 1 |") ||
 				!strings.Contains(table, fmt.Sprintf("| %d of %d |", tc.met[1], tc.of)) ||
 				strings.Count(table, "\n") != 6 {
@@ -199,7 +229,31 @@ func TestGoals(t *testing.T) {
 			}
 		})
 	}
-	if gs := Goals(nil, nil, nil); gs[0].Met != 0 || len(gs[0].PerRep) != 0 {
+	if gs := Goals(nil, nil, nil); gs[0].Met != 0 || len(gs[0].PerRep) != 0 || gs[1].Median != "" || gs[1].MedianMet {
 		t.Errorf("no repetitions: %+v", gs[0])
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{1.2, 0.9}, 1.05},
+	} {
+		in := slices.Clone(tc.in)
+		if got := median(in); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+		if !slices.Equal(in, tc.in) {
+			t.Errorf("median sorted its argument: %v", in)
+		}
+	}
+	if got := median([]time.Duration{30, 10, 20}); got != 20 {
+		t.Errorf("median of durations = %v, want 20", got)
 	}
 }
