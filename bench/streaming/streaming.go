@@ -101,6 +101,14 @@ type Summary struct {
 	// above the p99) started, from their 10th to their 90th percentile: a
 	// narrow window is one stall of the proxy, a wide one a slow machine.
 	TailFrom, TailTo time.Duration
+	// InWorst is how many of the run's pooled worst 1 % of TTFBs
+	// (WorstShare) were this target's, of PooledWorst, when two targets
+	// were loaded at once (PooledWorst 0 otherwise).
+	InWorst, PooledWorst int
+	// BusiestIdle is the whole machine's idle share, in percent, in the
+	// busiest second of the run (BusiestIdle): near 0, every core was
+	// taken and the TTFB tail is the kernel's choice of who waits.
+	BusiestIdle float64
 }
 
 // Summarize folds the streams of one run; a stream failed if it has an
@@ -135,6 +143,73 @@ func Summarize(streams []Stream, wantTokens int) Summary {
 	}
 	s.TailFrom, s.TailTo = Percentile(tail, 10), Percentile(tail, 90)
 	return s
+}
+
+// WorstShare pools the streams of targets loaded at the same time (parts,
+// one per target) and counts, per target, its streams among the pool's
+// worst p percent by TTFB (at least one stream; a failed stream counts
+// as worse than any), and returns the counts and the number of worst.
+// Two p99s, one per target, each rest on the few streams of one target's
+// tail, and move by as much between identical proxies side by side; who
+// owns the pooled tail compares the two on all of it, and identical
+// proxies share it about evenly. Pure.
+func WorstShare(parts [][]Stream, wantTokens int, p float64) (counts []int, worst int) {
+	type entry struct {
+		part int
+		bad  bool
+		ttfb time.Duration
+	}
+	var pool []entry
+	for i, ss := range parts {
+		for _, st := range ss {
+			pool = append(pool, entry{i, st.Err != nil || st.Tokens < wantTokens, st.TTFB})
+		}
+	}
+	counts = make([]int, len(parts))
+	if len(pool) == 0 {
+		return counts, 0
+	}
+	slices.SortStableFunc(pool, func(a, b entry) int {
+		if a.bad != b.bad {
+			if a.bad {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.ttfb, a.ttfb)
+	})
+	worst = max(1, int(math.Ceil(p/100*float64(len(pool)))))
+	for _, e := range pool[:worst] {
+		counts[e.part]++
+	}
+	return counts, worst
+}
+
+// CPUSample is one reading of the machine's cumulative CPU ticks.
+type CPUSample struct{ Busy, Total int64 }
+
+// BusiestIdle is the lowest idle share, in percent, over any span of
+// window consecutive intervals between samples (cumulative readings taken
+// at a fixed pace, in order); over the whole run when it has fewer.
+// -1 when there are not two samples. Pure.
+func BusiestIdle(samples []CPUSample, window int) float64 {
+	if len(samples) < 2 {
+		return -1
+	}
+	window = max(1, min(window, len(samples)-1))
+	least := -1.0
+	for i := 0; i+window < len(samples); i++ {
+		a, b := samples[i], samples[i+window]
+		total := b.Total - a.Total
+		if total <= 0 {
+			continue
+		}
+		idle := 100 * float64(total-(b.Busy-a.Busy)) / float64(total)
+		if least < 0 || idle < least {
+			least = idle
+		}
+	}
+	return least
 }
 
 // Percentile returns the p-th percentile (0 < p ≤ 100) of xs by the

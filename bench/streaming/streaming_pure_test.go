@@ -257,3 +257,67 @@ func TestMedian(t *testing.T) {
 		t.Errorf("median of durations = %v, want 20", got)
 	}
 }
+
+func TestWorstShare(t *testing.T) {
+	ok := func(ms ...int) []Stream {
+		var ss []Stream
+		for _, m := range ms {
+			ss = append(ss, Stream{TTFB: time.Duration(m) * time.Millisecond, Tokens: 3})
+		}
+		return ss
+	}
+	failed := Stream{Err: errors.New("reset"), Tokens: 0}
+	short := Stream{TTFB: time.Millisecond, Tokens: 2}
+	for _, tc := range []struct {
+		name   string
+		parts  [][]Stream
+		p      float64
+		counts []int
+		worst  int
+	}{
+		{"none", nil, 1, []int{}, 0},
+		{"one stream at least", [][]Stream{ok(50, 60), ok(55, 52)}, 1, []int{1, 0}, 1},
+		{"the slow one owns the tail", [][]Stream{ok(50, 51, 52, 53, 54), ok(90, 91, 92, 53, 54)}, 30, []int{0, 3}, 3},
+		{"shared", [][]Stream{ok(50, 95, 52, 93), ok(94, 51, 92, 53)}, 50, []int{2, 2}, 4},
+		// A failed or short stream is worse than any TTFB.
+		{"failures first", [][]Stream{append(ok(50, 51), failed), append(ok(99, 98), short)}, 50, []int{1, 2}, 3},
+	} {
+		counts, worst := WorstShare(tc.parts, 3, tc.p)
+		if !slices.Equal(counts, tc.counts) || worst != tc.worst {
+			t.Errorf("%s: %v of %d, want %v of %d", tc.name, counts, worst, tc.counts, tc.worst)
+		}
+	}
+}
+
+func TestBusiestIdle(t *testing.T) {
+	// Two CPUs at 100 ticks a second, read every 100 ms: 20 ticks an
+	// interval; busy ticks per interval below.
+	at := func(busy ...int64) []CPUSample {
+		out := []CPUSample{{}}
+		for _, b := range busy {
+			last := out[len(out)-1]
+			out = append(out, CPUSample{last.Busy + b, last.Total + 20})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		samples []CPUSample
+		window  int
+		want    float64
+	}{
+		{"none", nil, 10, -1},
+		{"one reading", at(), 10, -1},
+		{"shorter than the window: the whole run", at(10, 20), 10, 25},
+		{"the busiest span", at(10, 10, 20, 20, 10), 2, 0},
+		{"one interval", at(5, 15, 10), 1, 25},
+		{"idle throughout", at(0, 0, 0), 2, 100},
+		// A reading that did not move (a late ticker) is skipped, not a
+		// division by zero.
+		{"no time", []CPUSample{{0, 0}, {0, 0}, {10, 20}}, 1, 50},
+	} {
+		if got := BusiestIdle(tc.samples, tc.window); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

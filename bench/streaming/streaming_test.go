@@ -279,9 +279,9 @@ func TestStreaming(t *testing.T) {
 				for i, s := range runAtOnce(t, u, n, p, sims, simProcs) {
 					key := fmt.Sprintf("%s/%d", u[i].name, n)
 					results[key] = append(results[key], s)
-					t.Logf("N=%d rep %d %-8s failures %d (first: %v) TTFB p50 %v p99 %v (tail started %v-%v) gap p99 %v mem/stream %.1f KB (peak RSS %.1f MB) CPU/stream %.2f ms idle CPU %.2f%% sims CPU/stream %.2f ms",
+					t.Logf("N=%d rep %d %-8s failures %d (first: %v) TTFB p50 %v p99 %v (tail started %v-%v) gap p99 %v mem/stream %.1f KB (peak RSS %.1f MB) CPU/stream %.2f ms idle CPU %.2f%% sims CPU/stream %.2f ms, machine idle in its busiest second %.0f%%",
 						n, rep+1, u[i].name, s.Failures, s.FirstErr, s.TTFB50.Round(100*time.Microsecond), s.TTFB99.Round(100*time.Microsecond),
-						s.TailFrom.Round(10*time.Millisecond), s.TailTo.Round(10*time.Millisecond), s.Gap99.Round(100*time.Microsecond), s.MemPerStreamKB, s.PeakRSSMB, s.CPUPerStreamMs, s.IdleCPUPercent, s.BackendCPUPerSMs)
+						s.TailFrom.Round(10*time.Millisecond), s.TailTo.Round(10*time.Millisecond), s.Gap99.Round(100*time.Microsecond), s.MemPerStreamKB, s.PeakRSSMB, s.CPUPerStreamMs, s.IdleCPUPercent, s.BackendCPUPerSMs, s.BusiestIdle)
 				}
 			}
 		}
@@ -336,6 +336,16 @@ func TestStreaming(t *testing.T) {
 					label += fmt.Sprintf(", loaded at once, %d each", n/2)
 				}
 				t.Log("\n" + GoalTable(n, label, Goals(rs, ngx, d)))
+				if rs[0].PooledWorst > 0 {
+					var in, of int
+					var per []string
+					for _, r := range rs {
+						in, of = in+r.InWorst, of+r.PooledWorst
+						per = append(per, fmt.Sprintf("%d of %d", r.InWorst, r.PooledWorst))
+					}
+					t.Logf("%s's streams among the pooled worst 1 %% of TTFBs of the two loaded at once: %s; %d of %d (%.0f %%) over all repetitions (identical proxies: about half)",
+						name, strings.Join(per, ", "), in, of, 100*float64(in)/float64(max(of, 1)))
+				}
 			}
 		}
 	}
@@ -468,7 +478,7 @@ func runAtOnce(t *testing.T, unit []target, n int, p params, sims []string, simP
 		simTicks0 += peer.CPUTicks(sp.PID)
 	}
 	var streams []Stream
-	m := measure(pids, func() { streams = run(n, p, pick) })
+	m, busiestIdle := measure(pids, func() { streams = run(n, p, pick) })
 	var simTicks1 int64
 	for _, sp := range simProcs {
 		simTicks1 += peer.CPUTicks(sp.PID)
@@ -478,9 +488,18 @@ func runAtOnce(t *testing.T, unit []target, n int, p params, sims []string, simP
 		parts[slotOf(i, k)] = append(parts[slotOf(i, k)], st)
 	}
 	out := make([]Summary, k)
+	var inWorst []int
+	var pooled int
+	if k > 1 {
+		inWorst, pooled = WorstShare(parts, p.tokens, 1)
+	}
 	for i := range unit {
 		s := Summarize(parts[i], p.tokens)
 		s.BackendCPUPerSMs = ticksMs(simTicks1-simTicks0) / float64(n)
+		s.BusiestIdle = busiestIdle
+		if k > 1 {
+			s.InWorst, s.PooledWorst = inWorst[i], pooled
+		}
 		if !direct {
 			c := len(parts[i])
 			s.IdleCPUPercent = idle[i]
@@ -589,14 +608,11 @@ type measured struct {
 }
 
 // measure samples the resident set of each of pids (with its children)
-// every 100 ms while f runs, and its CPU time over it: one measured per
-// pid.
-func measure(pids []int, f func()) []measured {
+// and the machine's CPU every 100 ms while f runs, and each pid's CPU time
+// over it: one measured per pid, and the machine's idle share in its
+// busiest second (BusiestIdle).
+func measure(pids []int, f func()) ([]measured, float64) {
 	m := make([]measured, len(pids))
-	if len(pids) == 0 {
-		f()
-		return m
-	}
 	c0 := make([]int64, len(pids))
 	peaks := make([]atomic.Int64, len(pids))
 	for i, pid := range pids {
@@ -604,6 +620,13 @@ func measure(pids []int, f func()) []measured {
 		peaks[i].Store(m[i].baseRSS)
 		c0[i] = peer.CPUTicks(pid)
 	}
+	var machine []CPUSample
+	sample := func() {
+		if busy, total, ok := peer.MachineCPU(); ok {
+			machine = append(machine, CPUSample{busy, total})
+		}
+	}
+	sample()
 	done := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -615,6 +638,7 @@ func measure(pids []int, f func()) []measured {
 			case <-done:
 				return
 			case <-tk.C:
+				sample()
 				for i, pid := range pids {
 					if r := peer.RSS(pid); r > peaks[i].Load() {
 						peaks[i].Store(r)
@@ -630,7 +654,7 @@ func measure(pids []int, f func()) []measured {
 		m[i].peakRSS = peaks[i].Load()
 		m[i].ticks = peer.CPUTicks(pid) - c0[i]
 	}
-	return m
+	return m, BusiestIdle(machine, 10)
 }
 
 // idleCPU is each of pids' CPU over the same d, in percent of one core

@@ -58,6 +58,45 @@ func LoadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// MachineCPU is the machine's CPU time since boot, all CPUs, in ClkTck
+// units, from /proc/stat's first line: busy and total (total less busy is
+// idle and iowait). ok is false when it cannot be read.
+func MachineCPU() (busy, total int64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return ParseCPULine(line)
+}
+
+// ParseCPULine parses the aggregate "cpu" line of /proc/stat (proc(5)):
+// "cpu user nice system idle iowait irq softirq steal guest guest_nice",
+// the last ones absent on older kernels. total sums user to steal (guest
+// time is counted in user and nice already), busy is total less idle and
+// iowait. ok is false for anything else. Pure.
+func ParseCPULine(line string) (busy, total int64, ok bool) {
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	var v [8]int64
+	for i := 0; i < len(v) && i+1 < len(f); i++ {
+		n, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, false
+		}
+		v[i] = n
+	}
+	for _, n := range v {
+		if total+n < total {
+			return 0, 0, false // overflow
+		}
+		total += n
+	}
+	return total - v[3] - v[4], total, true
+}
+
 // family is pid and its direct children.
 func family(pid int) []int {
 	out := []int{pid}
