@@ -84,6 +84,13 @@ const maxGatewayKBPerStream = 25.0
 // 0.94-1.11x per repetition, the means of four invocations 0.96-1.06x.
 const maxCPUOverNginx = 1.10
 
+// maxCPUOverNginxPaired is the same guard when the gateway and nginx were
+// loaded at the same time (pairedEnv), on the median of the repetitions'
+// ratios: there the ratio resolves to a few percent where one at a time
+// it does not. Session 32 read 0.98-1.03x per repetition (median 1.005x
+// over ten), and nginx against an identical nginx 0.99-1.03x.
+const maxCPUOverNginxPaired = 1.05
+
 // nginxMemoryGoalN is the stream count at which the gateway's memory per
 // open stream, averaged over the repetitions, must not exceed nginx's.
 const nginxMemoryGoalN = 3000
@@ -378,7 +385,15 @@ func TestStreaming(t *testing.T) {
 					t.Errorf("gateway N=%d: %.1f KB per open stream on average, nginx %.1f KB: the goal is no more than nginx's", n, g, x)
 				}
 				cpu := func(r Summary) float64 { return r.CPUPerStreamMs }
-				if g, x := meanOf(gw, cpu), meanOf(ngx, cpu); g > maxCPUOverNginx*x {
+				if slices.Contains(paired, "gateway") && slices.Contains(paired, "nginx") {
+					var rs []float64
+					for i := range min(len(gw), len(ngx)) {
+						rs = append(rs, ratio(gw[i].CPUPerStreamMs, ngx[i].CPUPerStreamMs))
+					}
+					if m := median(rs); m > maxCPUOverNginxPaired {
+						t.Errorf("gateway N=%d, loaded at once with nginx: CPU per stream %.3fx nginx's on the median of %d repetitions: above the guard of %.2fx", n, m, len(rs), maxCPUOverNginxPaired)
+					}
+				} else if g, x := meanOf(gw, cpu), meanOf(ngx, cpu); g > maxCPUOverNginx*x {
 					t.Errorf("gateway N=%d: %.2f ms of CPU per stream on average, nginx %.2f ms: above the guard of %.2fx nginx's", n, g, x, maxCPUOverNginx)
 				}
 			}
