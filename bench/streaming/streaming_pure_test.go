@@ -280,7 +280,7 @@ func TestWorstShare(t *testing.T) {
 		{"the slow one owns the tail", [][]Stream{ok(50, 51, 52, 53, 54), ok(90, 91, 92, 53, 54)}, 30, []int{0, 3}, 3},
 		{"shared", [][]Stream{ok(50, 95, 52, 93), ok(94, 51, 92, 53)}, 50, []int{2, 2}, 4},
 		// A failed or short stream is worse than any TTFB.
-		{"failures first", [][]Stream{append(ok(50, 51), failed), append(ok(99, 98), short)}, 50, []int{1, 2}, 3},
+		{"failures first", [][]Stream{ok(90, 91), append(ok(10), failed, short)}, 40, []int{0, 2}, 2},
 	} {
 		counts, worst := WorstShare(tc.parts, 3, tc.p)
 		if !slices.Equal(counts, tc.counts) || worst != tc.worst {
