@@ -28,6 +28,10 @@ const (
 	longEnv = "TIDEGPU_BENCH_STREAMS"
 	nEnv    = "TIDEGPU_STREAMS_N"
 	repsEnv = "TIDEGPU_STREAMS_REPS" // repetitions, interleaved (default 1)
+	// tokenEnv: the long variant's time per token in milliseconds
+	// (default 100). Servers stream at 10-50 ms per token; at 20, N = 600
+	// carries the token rate of 3,000 at 100.
+	tokenEnv = "TIDEGPU_STREAMS_TOKEN_MS"
 	// A prebuilt tidegpu binary: peer.BinEnv (TIDEGPU_BIN; default: go
 	// build ./cmd/tidegpu).
 	// onlyEnv: comma-separated targets to run (direct, gateway, nginx,
@@ -121,6 +125,13 @@ func variant(t *testing.T) params {
 			}
 			p.ns = append(p.ns, n)
 		}
+	}
+	if v := os.Getenv(tokenEnv); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 1 || ms > 1000 {
+			t.Fatalf("%s=%q: want the time per token in milliseconds, 1..1000", tokenEnv, v)
+		}
+		p.tokenTime = time.Duration(ms) * time.Millisecond
 	}
 	if v := os.Getenv(repsEnv); v != "" {
 		r, err := strconv.Atoi(v)
