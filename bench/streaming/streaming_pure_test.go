@@ -216,6 +216,9 @@ func TestGoals(t *testing.T) {
 			if gs[1].Worst != tc.worstTTFB || gs[2].Worst != tc.worstMem || gs[3].Worst != tc.wCPU {
 				t.Errorf("worst: %q, %q, %q; want %q, %q, %q", gs[1].Worst, gs[2].Worst, gs[3].Worst, tc.worstTTFB, tc.worstMem, tc.wCPU)
 			}
+			if got, want := fmt.Sprintf("%.2fx", gs[goalCPU].MedianOf), tc.median[goalCPU]; got != want {
+				t.Errorf("CPU's median figure %s, want %s", got, want)
+			}
 			for i, g := range gs {
 				if g.Median != tc.median[i] || g.MedianMet != tc.medianMet[i] {
 					t.Errorf("%s: median %q met %v, want %q met %v", g.Name, g.Median, g.MedianMet, tc.median[i], tc.medianMet[i])

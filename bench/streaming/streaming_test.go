@@ -247,7 +247,7 @@ func TestStreaming(t *testing.T) {
 			return peer.StartNginx(t, nginx, func(dir, addr string) string { return NginxConfig(dir, addr, sims) })
 		}
 		targets = append(targets, target{"nginx", start})
-		if strings.Contains(","+os.Getenv(onlyEnv)+",", ",nginx-alt,") {
+		if named(os.Getenv(onlyEnv), "nginx-alt") {
 			targets = append(targets, target{"nginx-alt", start})
 		}
 	} else {
@@ -271,7 +271,7 @@ func TestStreaming(t *testing.T) {
 	if only := os.Getenv(onlyEnv); only != "" {
 		var keep []target
 		for _, tg := range targets {
-			if tg.name == "direct" || strings.Contains(","+only+",", ","+tg.name+",") {
+			if tg.name == "direct" || named(only, tg.name) {
 				keep = append(keep, tg)
 			}
 		}
@@ -397,12 +397,9 @@ func TestStreaming(t *testing.T) {
 				}
 				cpu := func(r Summary) float64 { return r.CPUPerStreamMs }
 				if slices.Contains(paired, "gateway") && slices.Contains(paired, "nginx") {
-					var rs []float64
-					for i := range min(len(gw), len(ngx)) {
-						rs = append(rs, ratio(gw[i].CPUPerStreamMs, ngx[i].CPUPerStreamMs))
-					}
-					if m := median(rs); m > maxCPUOverNginxPaired {
-						t.Errorf("gateway N=%d, loaded at once with nginx: CPU per stream %.3fx nginx's on the median of %d repetitions: above the guard of %.2fx", n, m, len(rs), maxCPUOverNginxPaired)
+					g := Goals(gw, ngx, results[fmt.Sprintf("direct/%d", n)])[goalCPU]
+					if g.MedianOf > maxCPUOverNginxPaired {
+						t.Errorf("gateway N=%d, loaded at once with nginx: CPU per stream %.3fx nginx's on the median of %d repetitions: above the guard of %.2fx", n, g.MedianOf, len(g.PerRep), maxCPUOverNginxPaired)
 					}
 				} else if g, x := meanOf(gw, cpu), meanOf(ngx, cpu); g > maxCPUOverNginx*x {
 					t.Errorf("gateway N=%d: %.2f ms of CPU per stream on average, nginx %.2f ms: above the guard of %.2fx nginx's", n, g, x, maxCPUOverNginx)
@@ -421,6 +418,11 @@ func TestStreaming(t *testing.T) {
 			}
 		}
 	}
+}
+
+// named reports whether the comma-separated list holds name.
+func named(list, name string) bool {
+	return slices.Contains(strings.Split(list, ","), name)
 }
 
 // pairOf parses pairedEnv's value v: "" for none, else two distinct
@@ -831,6 +833,22 @@ func TestSlotOf(t *testing.T) {
 	for i := range 4 {
 		if s := slotOf(i, 1); s != 0 {
 			t.Errorf("slotOf(%d, 1) = %d, want 0", i, s)
+		}
+	}
+}
+
+func TestNamed(t *testing.T) {
+	for _, tc := range []struct {
+		list, name string
+		want       bool
+	}{
+		{"direct,gateway,nginx-alt", "nginx-alt", true},
+		{"direct,gateway,nginx-alt", "nginx", false},
+		{"nginx", "nginx", true},
+		{"", "nginx", false},
+	} {
+		if got := named(tc.list, tc.name); got != tc.want {
+			t.Errorf("named(%q, %q) = %v, want %v", tc.list, tc.name, got, tc.want)
 		}
 	}
 }
