@@ -997,9 +997,11 @@ func (e *exchange) open(a *attempt) bool {
 		out = &st.out // the headers went out with the hijack
 		flush = st.out.Flush
 	case stream:
-		// The client sees the status now, before the first token. A
-		// wrapping writer that cannot flush: copy unflushed.
-		if flush = flusherOf(e.w); flush != nil && errors.Is(flush(), http.ErrNotSupported) {
+		// The client sees the status now, before the first token, unless
+		// the first token came with the head (h1.Body.Ready): then both
+		// leave in the first write of the body. A wrapping writer that
+		// cannot flush: copy unflushed (Emit learns it at its first flush).
+		if flush = flusherOf(e.w); flush != nil && !firstReady(resp) && errors.Is(flush(), http.ErrNotSupported) {
 			flush = nil
 		}
 	}
@@ -1097,12 +1099,21 @@ func (s *bodySink) Emit(p []byte, flush bool) error {
 		_, err = s.out.Write(p)
 	}
 	if err == nil && flush && s.flush != nil {
-		err = s.flush()
+		if err = s.flush(); errors.Is(err, http.ErrNotSupported) {
+			s.flush, err = nil, nil
+		}
 	}
 	if err != nil {
 		return clientGone{err}
 	}
 	return nil
+}
+
+// firstReady reports whether resp's body holds body bytes read with its
+// head.
+func firstReady(resp *http.Response) bool {
+	b, ok := resp.Body.(*h1.Body)
+	return ok && b.Ready()
 }
 
 // Waiting runs the idle timer while the backend is waited for.

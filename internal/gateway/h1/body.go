@@ -315,26 +315,11 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 	c := b.c
 	s.Waiting(false)
 	for {
-		for {
-			p, e, err := b.avail()
-			if err != nil || e {
-				ps.rerr, ps.end = err, e
-				return false
-			}
-			if len(p) == 0 {
-				break
-			}
-			ps.ferr = s.Emit(p, !b.readyAfter(len(p)))
-			if b.advance(len(p)) {
-				ps.end = true
-				return false
-			}
-			if ps.ferr != nil {
-				return false
-			}
-			if ps.held {
-				return true // the client takes what was written first
-			}
+		switch b.emitReady(s, ps) {
+		case emitStop:
+			return false
+		case emitHeld:
+			return true // the client takes what was written first
 		}
 		if ps.drained {
 			ps.drained = false
@@ -356,6 +341,39 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 		c.w += n
 		c.got += n
 		ps.drained = n < room
+	}
+}
+
+// What emitReady leaves to its caller.
+const (
+	emitRead = iota // everything read was handed on: read the socket
+	emitStop        // the body ended or failed, or the sink failed (ps)
+	emitHeld        // the client holds the stream (the event loop's sink)
+)
+
+// emitReady hands s the body's bytes read already, each flushed unless
+// more are read behind it.
+func (b *Body) emitReady(s Sink, ps *pumpState) int {
+	for {
+		p, e, err := b.avail()
+		if err != nil || e {
+			ps.rerr, ps.end = err, e
+			return emitStop
+		}
+		if len(p) == 0 {
+			return emitRead
+		}
+		ps.ferr = s.Emit(p, !b.readyAfter(len(p)))
+		if b.advance(len(p)) {
+			ps.end = true
+			return emitStop
+		}
+		if ps.ferr != nil {
+			return emitStop
+		}
+		if ps.held {
+			return emitHeld
+		}
 	}
 }
 

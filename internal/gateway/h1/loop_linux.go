@@ -203,7 +203,18 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 		}
 	}
 	b.settle()
-	if r == nil || b.err != nil || b.c == nil || b.c.sk.rc == nil || b.c.ab == nil || !r.loopable() {
+	if r == nil || b.err != nil || b.c == nil || b.c.sk.rc == nil || b.c.ab == nil {
+		return b.Each(s)
+	}
+	// Bytes that came with the head (a server that sends its head with
+	// its first token) go out from here, before the hand-over: the first
+	// token leaves with the answer's head, which the caller did not flush
+	// (Ready), in one write, without waiting for the loop's turn.
+	var ps pumpState
+	if b.Ready() && b.emitReady(s, &ps) == emitStop {
+		return b.eachResult(&ps, nil)
+	}
+	if !r.loopable() {
 		return b.Each(s)
 	}
 	l, err := loopFor()
@@ -220,7 +231,7 @@ func (b *Body) EachOnLoop(w http.ResponseWriter, s Sink) error {
 		rawClose(bfd)
 		return b.Each(s)
 	}
-	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, open: true, done: make(chan struct{})}
+	st := &loopStream{l: l, b: b, s: s, w: r, bfd: bfd, cfd: cfd, ps: ps, open: true, done: make(chan struct{})}
 	// The request's context now ends the stream instead of closing the
 	// backend connection.
 	if !c.ab.Unwatch(c.nc) || !c.ab.Watch(st) {

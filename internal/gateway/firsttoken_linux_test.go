@@ -1,0 +1,79 @@
+//go:build linux
+
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestFirstTokenLeavesWithHead: a backend that sends its answer's head
+// with the first token (net/http, and so Ollama, writes the head with the
+// first flushed chunk) has both reach the client in one write of the
+// gateway's, one TCP segment: the head is not flushed on its own first,
+// and the first token does not wait for the event loop's turn. The stream
+// still goes on to the loop for the tokens after it.
+func TestFirstTokenLeavesWithHead(t *testing.T) {
+	needLoop(t)
+	release := make(chan struct{})
+	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, "{\"token\":0}\n")
+		w.(http.Flusher).Flush() // the head and the first token
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "{\"token\":1}\n")
+	})
+	_, c, before := dialLoopHarness(t, a)
+	br := bufio.NewReader(c)
+	resp := postStream(t, c, br)
+	lines := bufio.NewReader(resp.Body)
+	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":0}\n" {
+		t.Fatalf("first line %q, %v", l, err)
+	}
+	// The backend holds its next token: all the gateway sent so far is
+	// the head and the first token.
+	if n := dataSegmentsIn(t, c); n != 1 {
+		t.Fatalf("the head and the first token came in %d TCP segments, want 1", n)
+	}
+	close(release)
+	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":1}\n" {
+		t.Fatalf("second line %q, %v", l, err)
+	}
+	if _, err := io.Copy(io.Discard, lines); err != nil {
+		t.Fatalf("end of the stream: %v", err)
+	}
+	if n := loopCarried() - before; n != 1 {
+		t.Fatalf("%d streams carried by the loop, want 1", n)
+	}
+}
+
+// dataSegmentsIn is the count of segments with data c's socket received
+// (tcp(7): TCP_INFO, tcpi_data_segs_in).
+func dataSegmentsIn(t *testing.T, c net.Conn) uint32 {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ierr != nil {
+		t.Fatalf("TCP_INFO: %v", ierr)
+	}
+	return info.Data_segs_in
+}
