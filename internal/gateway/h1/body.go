@@ -344,6 +344,26 @@ func (b *Body) pump(fd int, s Sink, ps *pumpState) (wait bool) {
 	}
 }
 
+// flushAfter reports whether the bytes handed on up to the next n are to
+// be flushed: no more body bytes are read beyond them, nor the body's
+// whole end (a chunked body's last chunk and trailer section), with which
+// they then leave, in the write that ends the answer.
+func (b *Body) flushAfter(n int) bool {
+	if b.kind != bodyChunked {
+		return !b.readyAfter(n)
+	}
+	rest := b.c.buffered()[n:]
+	if len(rest) == 0 {
+		return true
+	}
+	// A dry run on a copy of the decoder, as readyAfter's.
+	d := b.dec
+	d.trailer = nil
+	d.take(n)
+	_, m, err := d.frame(rest)
+	return err != nil || (m == 0 && !d.done())
+}
+
 // What emitReady leaves to its caller.
 const (
 	emitRead = iota // everything read was handed on: read the socket
@@ -352,7 +372,7 @@ const (
 )
 
 // emitReady hands s the body's bytes read already, each flushed unless
-// more are read behind it.
+// more, or the body's end, are read behind it (flushAfter).
 func (b *Body) emitReady(s Sink, ps *pumpState) int {
 	for {
 		p, e, err := b.avail()
@@ -363,7 +383,7 @@ func (b *Body) emitReady(s Sink, ps *pumpState) int {
 		if len(p) == 0 {
 			return emitRead
 		}
-		ps.ferr = s.Emit(p, !b.readyAfter(len(p)))
+		ps.ferr = s.Emit(p, b.flushAfter(len(p)))
 		if b.advance(len(p)) {
 			ps.end = true
 			return emitStop

@@ -91,8 +91,8 @@ func (s *chanSink) Emit(p []byte, flush bool) error {
 func (s *chanSink) Waiting(on bool) { s.waiting = on }
 
 // TestEach: over a real socket, Each hands on every body byte in order,
-// flagging a flush exactly when no further body bytes are read already,
-// and ends at the end of the body (trailers set) or with its failure.
+// flagging a flush exactly when neither further body bytes nor the body's
+// whole end are read already, and ends at the end of the body (trailers set) or with its failure.
 func TestEach(t *testing.T) {
 	const chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 	type step struct {
@@ -112,12 +112,25 @@ func TestEach(t *testing.T) {
 		}, nil, "7"},
 		{"a chunk split across writes", []step{
 			{chunked + "4\r\nab", []emitted{{"ab", true}}},
-			{"cd\r\n1\r\ne\r\n0\r\n\r\n", []emitted{{"cd", false}, {"e", true}}},
+			{"cd\r\n1\r\ne\r\n0\r\n\r\n", []emitted{{"cd", false}, {"e", false}}},
 		}, nil, ""},
 		{"the next chunk's size line alone", []step{
 			{chunked + "1\r\na\r\n2\r\n", []emitted{{"a", true}}},
-			{"bc\r\n0\r\n\r\n", []emitted{{"bc", true}}},
+			{"bc\r\n0\r\n\r\n", []emitted{{"bc", false}}},
 		}, nil, ""},
+		// The last bytes with the body's whole end behind them leave with
+		// the end, unflushed; with only part of it, they are flushed.
+		{"the last chunk with the end and its trailers", []step{
+			{chunked + "1\r\na\r\n0\r\nX-Tokens: 3\r\n\r\n", []emitted{{"a", false}}},
+		}, nil, "3"},
+		{"the last chunk with part of the end", []step{
+			{chunked + "1\r\na\r\n0\r\n", []emitted{{"a", true}}},
+			{"\r\n", nil},
+		}, nil, ""},
+		{"the last chunk with the end but for its last line", []step{
+			{chunked + "1\r\na\r\n0\r\nX-Tokens: 4\r\n", []emitted{{"a", true}}},
+			{"\r\n", nil},
+		}, nil, "4"},
 		{"content length", []step{
 			{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc", []emitted{{"abc", true}}},
 			{"de", []emitted{{"de", true}}},

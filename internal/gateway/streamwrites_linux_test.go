@@ -57,6 +57,60 @@ func TestFirstTokenLeavesWithHead(t *testing.T) {
 	}
 }
 
+// TestLastTokenLeavesWithTheEnd: a backend that sends its last token and
+// the body's end in one write has both reach the client in one write of
+// the gateway's: the last token is not flushed on its own before the end
+// of the answer follows it.
+func TestLastTokenLeavesWithTheEnd(t *testing.T) {
+	needLoop(t)
+	release := make(chan struct{})
+	a := newBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		// Written by hand, each part in one write (net/http writes the
+		// end apart from the last chunk).
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"c\r\n{\"token\":0}\n\r\n")
+		_ = bw.Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = bw.WriteString("c\r\n{\"token\":1}\n\r\n0\r\n\r\n")
+		_ = bw.Flush()
+	})
+	_, c, before := dialLoopHarness(t, a)
+	br := bufio.NewReader(c)
+	resp := postStream(t, c, br)
+	lines := bufio.NewReader(resp.Body)
+	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":0}\n" {
+		t.Fatalf("first line %q, %v", l, err)
+	}
+	if n := dataSegmentsIn(t, c); n != 1 {
+		t.Fatalf("the head and the first token came in %d TCP segments, want 1", n)
+	}
+	close(release)
+	rest, err := io.ReadAll(lines)
+	if err != nil || string(rest) != "{\"token\":1}\n" {
+		t.Fatalf("the rest of the stream %q, %v", rest, err)
+	}
+	if n := dataSegmentsIn(t, c); n != 2 {
+		t.Fatalf("the last token and the end came in %d TCP segments, want 1", n-1)
+	}
+	if n := loopCarried() - before; n != 1 {
+		t.Fatalf("%d streams carried by the loop, want 1", n)
+	}
+}
+
 // dataSegmentsIn is the count of segments with data c's socket received
 // (tcp(7): TCP_INFO, tcpi_data_segs_in).
 func dataSegmentsIn(t *testing.T, c net.Conn) uint32 {
