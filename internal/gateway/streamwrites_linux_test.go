@@ -33,18 +33,7 @@ func TestFirstTokenLeavesWithHead(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "{\"token\":1}\n")
 	})
-	_, c, before := dialLoopHarness(t, a)
-	br := bufio.NewReader(c)
-	resp := postStream(t, c, br)
-	lines := bufio.NewReader(resp.Body)
-	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":0}\n" {
-		t.Fatalf("first line %q, %v", l, err)
-	}
-	// The backend holds its next token: all the gateway sent so far is
-	// the head and the first token.
-	if n := dataSegmentsIn(t, c); n != 1 {
-		t.Fatalf("the head and the first token came in %d TCP segments, want 1", n)
-	}
+	_, lines, before := firstTokenIn(t, a)
 	close(release)
 	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":1}\n" {
 		t.Fatalf("second line %q, %v", l, err)
@@ -88,16 +77,7 @@ func TestLastTokenLeavesWithTheEnd(t *testing.T) {
 		_, _ = bw.WriteString("c\r\n{\"token\":1}\n\r\n0\r\n\r\n")
 		_ = bw.Flush()
 	})
-	_, c, before := dialLoopHarness(t, a)
-	br := bufio.NewReader(c)
-	resp := postStream(t, c, br)
-	lines := bufio.NewReader(resp.Body)
-	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":0}\n" {
-		t.Fatalf("first line %q, %v", l, err)
-	}
-	if n := dataSegmentsIn(t, c); n != 1 {
-		t.Fatalf("the head and the first token came in %d TCP segments, want 1", n)
-	}
+	c, lines, before := firstTokenIn(t, a)
 	close(release)
 	rest, err := io.ReadAll(lines)
 	if err != nil || string(rest) != "{\"token\":1}\n" {
@@ -109,6 +89,26 @@ func TestLastTokenLeavesWithTheEnd(t *testing.T) {
 	if n := loopCarried() - before; n != 1 {
 		t.Fatalf("%d streams carried by the loop, want 1", n)
 	}
+}
+
+// firstTokenIn asks backend a, which sends its head with the first token
+// {"token":0} and holds the rest, for a stream through a gateway on the
+// loop; it checks that the head and that token reached the client in one
+// TCP segment (all the gateway has sent, while the backend holds the
+// rest), and returns the client's connection, its body from there on, and
+// loopCarried before the stream.
+func firstTokenIn(t *testing.T, a *testBackend) (c net.Conn, lines *bufio.Reader, before int64) {
+	t.Helper()
+	_, c, before = dialLoopHarness(t, a)
+	resp := postStream(t, c, bufio.NewReader(c))
+	lines = bufio.NewReader(resp.Body)
+	if l, err := lines.ReadString('\n'); err != nil || l != "{\"token\":0}\n" {
+		t.Fatalf("first line %q, %v", l, err)
+	}
+	if n := dataSegmentsIn(t, c); n != 1 {
+		t.Fatalf("the head and the first token came in %d TCP segments, want 1", n)
+	}
+	return c, lines, before
 }
 
 // dataSegmentsIn is the count of segments with data c's socket received
