@@ -92,7 +92,8 @@ func (s *chanSink) Waiting(on bool) { s.waiting = on }
 
 // TestEach: over a real socket, Each hands on every body byte in order,
 // flagging a flush exactly when neither further body bytes nor the body's
-// whole end are read already, and ends at the end of the body (trailers set) or with its failure.
+// whole end are read already, and ends at the end of the body (trailers
+// set) or with its failure.
 func TestEach(t *testing.T) {
 	const chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 	type step struct {
