@@ -96,15 +96,22 @@ func (b *Body) readyAfter(n int) bool {
 		if b.dec.st == stTrailer {
 			return false
 		}
-		// A dry run on a copy of the decoder (its own trailers: the dry
-		// run must not add to the real ones).
-		d := b.dec
-		d.trailer = nil
-		d.take(n)
-		_, m, err := d.frame(rest)
+		m, _, err := b.chunkedAfter(n, rest)
 		return err == nil && m > 0
 	}
 	return false
+}
+
+// chunkedAfter runs the chunked decoder past the next n bytes over rest,
+// the bytes read behind them, on a copy (with trailers of its own: the
+// dry run must not add to the real ones): data is the next frame's data
+// bytes, done whether the body's end was read whole.
+func (b *Body) chunkedAfter(n int, rest []byte) (data int, done bool, err error) {
+	d := b.dec
+	d.trailer = nil
+	d.take(n)
+	_, data, err = d.frame(rest)
+	return data, d.done(), err
 }
 
 // settle takes the bytes the last Next returned.
@@ -356,12 +363,8 @@ func (b *Body) flushAfter(n int) bool {
 	if len(rest) == 0 {
 		return true
 	}
-	// A dry run on a copy of the decoder, as readyAfter's.
-	d := b.dec
-	d.trailer = nil
-	d.take(n)
-	_, m, err := d.frame(rest)
-	return err != nil || (m == 0 && !d.done())
+	m, done, err := b.chunkedAfter(n, rest)
+	return err != nil || (m == 0 && !done)
 }
 
 // What emitReady leaves to its caller.
